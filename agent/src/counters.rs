@@ -1,0 +1,73 @@
+//! What the agent counts.  Shared by the intake task and the flusher threads;
+//! plain relaxed atomics, read as a snapshot for logs and (later) wbctl.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Why an event led to no flush, or a flush failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The writer exited before the agent could reach its file.
+    ProcessGone,
+    /// The descriptor was closed before the agent could reach it.
+    FileGone,
+    /// The descriptor now names another inode: the agent did nothing.
+    IdentityMismatch,
+    /// The kernel refused access to the writer's file.
+    Permission,
+    /// sync_file_range failed (EIO, device gone, ...).
+    SyncFailed,
+    /// A record from the ring buffer that does not decode.
+    BadEvent,
+    Other,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 7] = [
+        Self::ProcessGone,
+        Self::FileGone,
+        Self::IdentityMismatch,
+        Self::Permission,
+        Self::SyncFailed,
+        Self::BadEvent,
+        Self::Other,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ProcessGone => "process_gone",
+            Self::FileGone => "file_gone",
+            Self::IdentityMismatch => "identity_mismatch",
+            Self::Permission => "permission",
+            Self::SyncFailed => "sync_failed",
+            Self::BadEvent => "bad_event",
+            Self::Other => "other",
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Counters {
+    pub events: AtomicU64,
+    pub streams_started: AtomicU64,
+    pub spans_flushed: AtomicU64,
+    pub bytes_flushed: AtomicU64,
+    errors: [AtomicU64; ErrorKind::ALL.len()],
+}
+
+impl Counters {
+    pub fn add(&self, c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+
+    pub fn error(&self, kind: ErrorKind) {
+        self.errors[kind as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn errors(&self) -> Vec<(&'static str, u64)> {
+        ErrorKind::ALL.iter().map(|&k| (k.name(), self.errors[k as usize].load(Relaxed))).collect()
+    }
+
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Relaxed)
+    }
+}

@@ -1,0 +1,56 @@
+//! Event intake: drains the ring buffer as it becomes readable and feeds the
+//! stream table; once a second reaps streams of exited writers and reports
+//! ring-buffer drops.
+
+use std::{future::Future, time::Duration};
+
+use anyhow::Result;
+use aya::maps::{MapData, RingBuf};
+use tokio::io::unix::AsyncFd;
+
+use crate::{
+    abi::{wb_event, wb_stat},
+    counters::ErrorKind,
+    loader::Loaded,
+    streams::StreamTable,
+};
+
+pub async fn run(
+    loaded: &Loaded,
+    events: RingBuf<MapData>,
+    table: &mut StreamTable,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    // SAFETY: the ring buffer owns its fd and outlives the registration
+    // (both live in this function's AsyncFd).
+    let mut events = unsafe { AsyncFd::register(events) }.map_err(|e| e.into_parts().1)?;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut drops_seen = 0;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            guard = events.readable_mut() => {
+                let mut guard = guard?;
+                let ring = guard.get_inner_mut();
+                while let Some(item) = ring.next() {
+                    let decoded = wb_event::decode(&item);
+                    drop(item);
+                    match decoded {
+                        Some((kind, ev)) => table.handle(kind, &ev),
+                        None => table.error(ErrorKind::BadEvent),
+                    }
+                }
+                guard.clear_ready();
+            }
+            _ = tick.tick() => {
+                table.reap_exited();
+                let drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS);
+                if drops > drops_seen {
+                    tracing::warn!(lost = drops - drops_seen, total = drops, "ring buffer full: events lost");
+                    drops_seen = drops;
+                }
+            }
+            _ = &mut shutdown => return Ok(()),
+        }
+    }
+}

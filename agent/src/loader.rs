@@ -1,0 +1,139 @@
+//! Loading and attaching the BPF programs, and the agent's handles on their
+//! maps.  Everything attached here is detached when `Loaded` is dropped:
+//! nothing is pinned, so if the daemon dies the kernel is back to defaults.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{Array, MapData, PerCpuArray, RingBuf},
+    programs::{BtfTracePoint, TracePoint},
+};
+
+use crate::abi::{wb_config, wb_stat};
+
+static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writebehind.bpf.o"));
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// (program, syscall tracepoint) pairs of the tracepoint backend.
+const SYSCALL_HOOKS: &[(&str, &str)] = &[
+    ("wb_exit_write", "sys_exit_write"),
+    ("wb_exit_writev", "sys_exit_writev"),
+    ("wb_exit_pwrite64", "sys_exit_pwrite64"),
+    ("wb_exit_pwritev", "sys_exit_pwritev"),
+    ("wb_exit_pwritev2", "sys_exit_pwritev2"),
+    ("wb_exit_copy_file_range", "sys_exit_copy_file_range"),
+    ("wb_exit_splice", "sys_exit_splice"),
+    ("wb_exit_sendfile64", "sys_exit_sendfile64"),
+    ("wb_enter_close", "sys_enter_close"),
+    ("wb_enter_close_range", "sys_enter_close_range"),
+    ("wb_enter_dup2", "sys_enter_dup2"),
+    ("wb_enter_dup3", "sys_enter_dup3"),
+];
+
+pub struct Loaded {
+    // Fields drop in order: programs detach before tracefs is unmounted.
+    ebpf: Ebpf,
+    _tracefs: TracefsMount,
+}
+
+/// Refuses early, with the reason, what would otherwise fail obscurely.
+pub fn check_environment() -> Result<()> {
+    if !crate::sys::is_root() {
+        bail!(
+            "writebehindd must run as root: it loads BPF programs (CAP_BPF, CAP_PERFMON), \
+             opens other processes' files (CAP_SYS_PTRACE) and writes bdi settings"
+        );
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        bail!(
+            "this kernel has no BTF (/sys/kernel/btf/vmlinux is missing); \
+             writebehindd needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+        );
+    }
+    Ok(())
+}
+
+impl Loaded {
+    pub fn load_and_attach(window: u64) -> Result<Self> {
+        let tracefs = TracefsMount::ensure()?;
+        let btf = Btf::from_sys_fs().context("reading kernel BTF from /sys/kernel/btf/vmlinux")?;
+        let ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .load(BPF_OBJECT)
+            .context("loading the BPF object into the kernel")?;
+        let mut me = Self { ebpf, _tracefs: tracefs };
+        me.set_window(window)?;
+
+        for &(prog, tp) in SYSCALL_HOOKS {
+            let p: &mut TracePoint = me
+                .ebpf
+                .program_mut(prog)
+                .with_context(|| format!("BPF object lacks program {prog}"))?
+                .try_into()?;
+            p.load().with_context(|| format!("loading {prog}"))?;
+            p.attach("syscalls", tp).with_context(|| format!("attaching {prog} to syscalls/{tp}"))?;
+        }
+        let exit: &mut BtfTracePoint =
+            me.ebpf.program_mut("wb_process_exit").context("BPF object lacks wb_process_exit")?.try_into()?;
+        exit.load("sched_process_exit", &btf).context("loading wb_process_exit")?;
+        exit.attach().context("attaching wb_process_exit to tp_btf/sched_process_exit")?;
+        Ok(me)
+    }
+
+    /// The in-kernel trigger: bytes of unflushed sequential data per span.
+    pub fn set_window(&mut self, window: u64) -> Result<()> {
+        let mut cfg: Array<_, wb_config> =
+            Array::try_from(self.ebpf.map_mut("wb_config_map").context("no wb_config_map")?)?;
+        cfg.set(0, wb_config { window }, 0).context("writing wb_config_map")?;
+        Ok(())
+    }
+
+    /// The ring buffer the programs report through; taken once by intake.
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>> {
+        let map = self.ebpf.take_map("events").context("events ring buffer already taken")?;
+        Ok(RingBuf::try_from(map)?)
+    }
+
+    /// Sum over CPUs of one `stats` counter.
+    pub fn stat(&self, which: wb_stat) -> u64 {
+        let Some(map) = self.ebpf.map("stats") else { return 0 };
+        let Ok(arr) = PerCpuArray::<_, u64>::try_from(map) else { return 0 };
+        arr.get(&(which as u32), 0).map(|v| v.iter().sum()).unwrap_or(0)
+    }
+}
+
+/// tracefs, mounted by us only if nobody had: syscall tracepoints are
+/// found through it.  Unmounted on drop so the daemon leaves nothing behind.
+struct TracefsMount {
+    mounted: bool,
+}
+
+impl TracefsMount {
+    fn ensure() -> Result<Self> {
+        if Path::new(TRACEFS).join("events").exists() {
+            return Ok(Self { mounted: false });
+        }
+        let src = std::ffi::CString::new("tracefs").unwrap();
+        let dst = std::ffi::CString::new(TRACEFS).unwrap();
+        let r = unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), src.as_ptr(), 0, std::ptr::null()) };
+        if r != 0 {
+            bail!(
+                "tracefs is not mounted at {TRACEFS} and mounting it failed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(Self { mounted: true })
+    }
+}
+
+impl Drop for TracefsMount {
+    fn drop(&mut self) {
+        if self.mounted {
+            let path = std::ffi::CString::new(TRACEFS).unwrap();
+            unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}

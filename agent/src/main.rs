@@ -1,0 +1,88 @@
+//! writebehindd: the daemon.  Runs in the foreground; SIGINT/SIGTERM detach
+//! everything and exit.
+
+use std::{io::IsTerminal, process::ExitCode, sync::Arc};
+
+use anyhow::Result;
+use tokio::signal::unix::{SignalKind, signal};
+use writebehindd::{
+    abi::wb_stat, counters::Counters, intake, loader::{self, Loaded}, policy::Policy,
+    streams::StreamTable,
+};
+
+const USAGE: &str = "\
+usage: writebehindd [--help] [--version]
+
+Keeps the dirty page cache of streaming writers near a small window by
+starting writeback behind them. Runs in the foreground until SIGINT/SIGTERM.
+Log level: RUST_LOG (default info).";
+
+fn main() -> ExitCode {
+    if let Some(arg) = std::env::args().nth(1) {
+        match arg.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            "-V" | "--version" => {
+                println!("writebehindd {}", env!("CARGO_PKG_VERSION"));
+                return ExitCode::SUCCESS;
+            }
+            other => {
+                eprintln!("writebehindd: unknown argument {other:?}\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("writebehindd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    loader::check_environment()?;
+    let policy = Policy::embedded_default();
+    let mut loaded = Loaded::load_and_attach(policy.window.0)?;
+    let events = loaded.take_events()?;
+    tracing::info!(window = policy.window.0, backend = "tracepoint", "attached; watching for streaming writers");
+
+    let counters = Arc::new(Counters::default());
+    let mut table = StreamTable::new(counters.clone());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let shutdown = async {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        };
+        intake::run(&loaded, events, &mut table, shutdown).await
+    })?;
+
+    table.clear();
+    tracing::info!(
+        events = Counters::get(&counters.events),
+        streams = Counters::get(&counters.streams_started),
+        spans_flushed = Counters::get(&counters.spans_flushed),
+        bytes_flushed = Counters::get(&counters.bytes_flushed),
+        rb_drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS),
+        errors = ?counters.errors().into_iter().filter(|e| e.1 > 0).collect::<Vec<_>>(),
+        "stopping"
+    );
+    drop(loaded);
+    Ok(())
+}

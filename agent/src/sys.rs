@@ -1,0 +1,96 @@
+//! Thin, safe wrappers over the syscalls the agent needs.
+
+use std::{
+    ffi::CString,
+    io,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+};
+
+use crate::counters::ErrorKind;
+
+/// The identity of a file as fstat(2) reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+pub fn fstat(fd: RawFd) -> io::Result<libc::stat> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// True once the process behind pidfd has exited (its pidfd polls readable).
+pub fn pidfd_exited(pidfd: &OwnedFd) -> bool {
+    let mut p = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+/// Opens, read-only, the file that process `pid` has open as `fd`, and
+/// returns it only if it is still the regular file `expect`.
+///
+/// Why not keep the writer's own `struct file` (pidfd_getfd)?  A duplicate
+/// keeps the writer's writable open alive after the writer closes it: its
+/// flock stays held, its offset is shared, and execve of the file fails with
+/// ETXTBSY until the duplicate is closed — even a few microseconds of holding
+/// it races with "write, close, exec".  Opening /proc/<pid>/fd/<fd> O_RDONLY
+/// makes a new, read-only open of the same inode and never touches the
+/// writer's.  The pidfd, taken first and checked after, fences pid reuse;
+/// the (dev, ino) check after opening is what makes acting on it safe.
+pub fn open_writer_file(pid: u32, fd: i32, expect: FileId) -> Result<(OwnedFd, OwnedFd), ErrorKind> {
+    let pidfd = pidfd_open(pid).map_err(|e| match e.raw_os_error() {
+        Some(libc::ESRCH) => ErrorKind::ProcessGone,
+        Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
+        _ => ErrorKind::Other,
+    })?;
+    let path = CString::new(format!("/proc/{pid}/fd/{fd}")).unwrap();
+    // O_NONBLOCK: if the fd now names a FIFO, opening must not wait for a writer.
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
+    let raw = unsafe { libc::open(path.as_ptr(), flags) };
+    if raw < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOENT) => ErrorKind::FileGone,
+            Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
+            _ => ErrorKind::Other,
+        });
+    }
+    let file = unsafe { OwnedFd::from_raw_fd(raw) };
+    if pidfd_exited(&pidfd) {
+        return Err(ErrorKind::ProcessGone);
+    }
+    let st = fstat(file.as_raw_fd()).map_err(|_| ErrorKind::Other)?;
+    let same = st.st_dev == expect.dev && st.st_ino == expect.ino;
+    if !same || (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
+        return Err(ErrorKind::IdentityMismatch);
+    }
+    Ok((file, pidfd))
+}
+
+/// sync_file_range(2) on [start, end).
+pub fn sync_file_range(fd: RawFd, start: u64, end: u64, flags: libc::c_uint) -> io::Result<()> {
+    let len = end.saturating_sub(start);
+    if len == 0 {
+        return Ok(());
+    }
+    let r = unsafe { libc::sync_file_range(fd, start as i64, len as i64, flags) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}

@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Stream logic, shared by every hook backend: the hooks only find the
+ * `struct file` and the byte range a write touched, then call
+ * stream_write() / stream_close().  Everything about windows and events
+ * lives here.
+ *
+ * Hot-path rules (seed 002: one global lock on a per-write path turned 30
+ * cp's into a spinlock benchmark): a write only does lockless lookups and
+ * in-place updates.  Locks are taken only when a file's state is created
+ * (a per-bucket hash lock) and when an event is emitted (the ring buffer,
+ * once per window).
+ */
+#ifndef STREAM_BPF_H
+#define STREAM_BPF_H
+
+#include "writebehind.h"
+
+/* From include/linux/fs.h and uapi fcntl.h; not in BTF because they are macros. */
+#define FMODE_WRITE	0x2
+#define FMODE_RANDOM	0x1000		/* POSIX_FADV_RANDOM */
+#define O_APPEND	00002000
+#define O_DSYNC		00010000
+#define O_DIRECT	00040000
+#define __O_SYNC	04000000
+#define S_IFMT		00170000
+#define S_IFREG		0100000
+#define BTRFS_SUPER_MAGIC 0x9123683E
+
+/* Per-file state, keyed by the `struct file` address: two processes that
+ * open one file get two streams; a reused fd number is a new struct file;
+ * a reused struct file address is caught by the inode check. */
+struct file_stream {
+	__u64 ino;
+	__u64 head;	/* everything before head was handed to writeback */
+	__u64 pos;	/* end of the last sequential write */
+	__u32 tgid;
+	__u32 streaming;	/* at least one span was emitted */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct file_stream);
+} streams SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wb_config);
+} wb_config_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WB_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} events SEC(".maps");
+
+static __always_inline void stat_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+
+	if (v)
+		(*v)++;
+}
+
+/* The fd table entry for fd in the current task, or NULL. */
+static __always_inline struct file *task_fd_file(struct task_struct *task, __u32 fd)
+{
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds;
+	struct file *file = NULL;
+
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
+	return file;
+}
+
+static __always_inline struct file *current_fd_file(__u32 fd)
+{
+	return task_fd_file(bpf_get_current_task_btf(), fd);
+}
+
+/* Writes the seeds exclude: not a regular file, O_DIRECT, O_SYNC/O_DSYNC,
+ * POSIX_FADV_RANDOM.  Those writers manage their own writeback. */
+static __always_inline bool file_eligible(struct file *file)
+{
+	unsigned int fmode = BPF_CORE_READ(file, f_mode);
+	unsigned int flags = BPF_CORE_READ(file, f_flags);
+	umode_t imode = BPF_CORE_READ(file, f_inode, i_mode);
+
+	if (!(fmode & FMODE_WRITE) || (fmode & FMODE_RANDOM))
+		return false;
+	if (flags & (O_DIRECT | O_DSYNC | __O_SYNC))
+		return false;
+	return (imode & S_IFMT) == S_IFREG;
+}
+
+/* The st_dev that stat(2) reports, so the agent can check identity:
+ * btrfs reports its subvolume's anonymous dev, everyone else s_dev. */
+static __always_inline __u32 inode_stat_dev(struct inode *inode)
+{
+	struct super_block *sb = BPF_CORE_READ(inode, i_sb);
+
+	if (bpf_core_type_exists(struct btrfs_inode) &&
+	    BPF_CORE_READ(sb, s_magic) == BTRFS_SUPER_MAGIC) {
+		struct btrfs_inode *bi = (void *)inode -
+			bpf_core_field_offset(struct btrfs_inode, vfs_inode);
+
+		return BPF_CORE_READ(bi, root, anon_dev);
+	}
+	return BPF_CORE_READ(sb, s_dev);
+}
+
+static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
+				 __u64 ino, __u64 start, __u64 end)
+{
+	struct wb_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	struct inode *inode = BPF_CORE_READ(file, f_inode);
+	struct backing_dev_info *bdi;
+
+	if (!e) {
+		stat_inc(WB_STAT_RB_DROPS);
+		return;
+	}
+	e->kind = kind;
+	e->tgid = bpf_get_current_pid_tgid() >> 32;
+	e->fd = fd;
+	e->st_dev = inode_stat_dev(inode);
+	e->ino = ino;
+	e->start = start;
+	e->end = end;
+	e->ts_ns = bpf_ktime_get_ns();
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bdi = BPF_CORE_READ(inode, i_sb, s_bdi);
+	bpf_probe_read_kernel_str(e->bdi, sizeof(e->bdi), bdi->dev_name);
+	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline __u64 window_bytes(void)
+{
+	__u32 zero = 0;
+	struct wb_config *cfg = bpf_map_lookup_elem(&wb_config_map, &zero);
+
+	return cfg ? cfg->window : 0;
+}
+
+/*
+ * A write of [start, end) to file (through fd) completed.  Sequential writes
+ * extend the stream; anything else restarts it at this write, so random
+ * writers never accumulate a window and never cause a flush.
+ */
+static __always_inline void stream_write(struct file *file, __s32 fd,
+					 __u64 start, __u64 end)
+{
+	__u64 key = (__u64)file, window, ino;
+	struct file_stream *s;
+
+	if (!file || end <= start || !file_eligible(file))
+		return;
+	window = window_bytes();
+	if (!window)
+		return;
+	ino = BPF_CORE_READ(file, f_inode, i_ino);
+
+	s = bpf_map_lookup_elem(&streams, &key);
+	if (!s || s->ino != ino) {
+		struct file_stream fresh = {
+			.ino = ino,
+			.head = start,
+			.pos = end,
+			.tgid = bpf_get_current_pid_tgid() >> 32,
+		};
+
+		if (bpf_map_update_elem(&streams, &key, &fresh, BPF_ANY))
+			stat_inc(WB_STAT_MAP_FULL);
+		return;
+	}
+	if (start != s->pos) {
+		/* Not contiguous: the stream restarts here. */
+		s->head = start;
+		s->pos = end;
+		return;
+	}
+	s->pos = end;
+	if (end - s->head < window)
+		return;
+	emit(WB_EV_SPAN, file, fd, ino, s->head, end);
+	s->head = end;
+	s->streaming = 1;
+}
+
+/* fd is going away in the current process. */
+static __always_inline void stream_close(struct file *file, __s32 fd)
+{
+	__u64 key = (__u64)file;
+	struct file_stream *s;
+
+	if (!file)
+		return;
+	s = bpf_map_lookup_elem(&streams, &key);
+	if (!s)
+		return;
+	if (s->streaming && s->ino == BPF_CORE_READ(file, f_inode, i_ino))
+		emit(WB_EV_CLOSE, file, fd, s->ino, s->head, s->pos);
+	bpf_map_delete_elem(&streams, &key);
+}
+
+#endif /* STREAM_BPF_H */

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * The ABI between the BPF programs and the Rust agent: every struct and
+ * constant that crosses the boundary is defined here, once.  The agent gets
+ * its Rust copy from bindgen at build time (agent/build.rs), never by hand.
+ */
+#ifndef WRITEBEHIND_H
+#define WRITEBEHIND_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+/* What an event tells the agent. */
+enum wb_event_kind {
+	/* The unflushed sequential span of a file reached the window. */
+	WB_EV_SPAN = 1,
+	/* A file that had streamed was closed (close, dup2 over it, exit). */
+	WB_EV_CLOSE = 2,
+};
+
+/*
+ * One ring-buffer record.  [start, end) is the byte range the agent should
+ * hand to writeback; for WB_EV_CLOSE it is the unflushed tail (may be empty).
+ * st_dev uses the kernel's internal dev_t encoding (major << 20 | minor).
+ */
+struct wb_event {
+	__u32 kind;      /* enum wb_event_kind */
+	__u32 tgid;      /* process that wrote */
+	__s32 fd;        /* its descriptor at the time of the event */
+	__u32 st_dev;    /* the device stat(2) reports for the file */
+	__u64 ino;       /* inode number: with st_dev, checked before acting */
+	__u64 start;
+	__u64 end;
+	__u64 ts_ns;     /* bpf_ktime_get_ns() when emitted */
+	char comm[16];
+	char bdi[32];    /* backing device name, as in /sys/class/bdi ("7:0") */
+};
+
+/* Tunables the agent writes into the single-entry `wb_config_map` array map. */
+struct wb_config {
+	__u64 window;    /* bytes of unflushed sequential data that trigger a span */
+};
+
+/* Indices of the per-CPU `stats` array map (summed by the agent). */
+enum wb_stat {
+	WB_STAT_RB_DROPS = 0,   /* events lost because the ring buffer was full */
+	WB_STAT_MAP_FULL = 1,   /* writes not tracked because the stream map was full */
+	WB_STAT_MAX = 2,
+};
+
+#endif /* WRITEBEHIND_H */
