@@ -1,0 +1,100 @@
+//! The real writebehindd binary, started for a test and stopped after it.
+
+use std::{
+    fs::File,
+    io::Read,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Result, bail};
+
+use super::{Scratch, bin_dir};
+
+pub struct Daemon {
+    child: Child,
+    log: PathBuf,
+    _scratch: Scratch,
+}
+
+impl Daemon {
+    /// Starts the daemon and waits until its programs are attached.
+    pub fn start() -> Result<Self> {
+        let exe = bin_dir().join("writebehindd");
+        if !exe.exists() {
+            bail!("{} is not built: run `cargo xtask test`, which builds it first", exe.display());
+        }
+        let scratch = Scratch::new("daemon")?;
+        let log = scratch.0.join("daemon.log");
+        let child = Command::new(&exe)
+            .env("RUST_LOG", std::env::var("WB_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(File::create(&log)?)
+            .stderr(File::create(&log)?)
+            .spawn()?;
+        let mut d = Self { child, log, _scratch: scratch };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !d.log_text().contains("attached") {
+            if let Some(st) = d.child.try_wait()? {
+                bail!("writebehindd exited ({st}) before attaching:\n{}", d.log_text());
+            }
+            if Instant::now() > deadline {
+                bail!("writebehindd did not attach within 20 s:\n{}", d.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(d)
+    }
+
+    pub fn log_text(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then wait; returns the log.  The daemon must exit cleanly.
+    pub fn stop(mut self) -> Result<String> {
+        let status = self.terminate()?;
+        let log = self.log_text();
+        if !status.success() {
+            bail!("writebehindd exited with {status}:\n{log}");
+        }
+        Ok(log)
+    }
+
+    fn terminate(&mut self) -> Result<std::process::ExitStatus> {
+        if let Some(st) = self.child.try_wait()? {
+            return Ok(st);
+        }
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = self.child.try_wait()? {
+                return Ok(st);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                bail!("writebehindd ignored SIGTERM for 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.terminate();
+            if std::thread::panicking() {
+                eprintln!("--- writebehindd log ---\n{}", self.log_text());
+            }
+        }
+    }
+}
