@@ -26,6 +26,7 @@
 #define S_IFMT		00170000
 #define S_IFREG		0100000
 #define BTRFS_SUPER_MAGIC 0x9123683E
+#define BDI_CAP_WRITEBACK 0x1	/* include/linux/backing-dev.h */
 
 /* Per-file state, keyed by the `struct file` address: two processes that
  * open one file get two streams; a reused fd number is a new struct file;
@@ -92,7 +93,8 @@ static __always_inline struct file *current_fd_file(__u32 fd)
 }
 
 /* Writes the seeds exclude: not a regular file, O_DIRECT, O_SYNC/O_DSYNC,
- * POSIX_FADV_RANDOM.  Those writers manage their own writeback. */
+ * POSIX_FADV_RANDOM (those writers manage their own writeback), and files
+ * on a bdi without writeback (tmpfs, ramfs: nothing to write back to). */
 static __always_inline bool file_eligible(struct file *file)
 {
 	unsigned int fmode = BPF_CORE_READ(file, f_mode);
@@ -103,7 +105,9 @@ static __always_inline bool file_eligible(struct file *file)
 		return false;
 	if (flags & (O_DIRECT | O_DSYNC | __O_SYNC))
 		return false;
-	return (imode & S_IFMT) == S_IFREG;
+	if ((imode & S_IFMT) != S_IFREG)
+		return false;
+	return BPF_CORE_READ(file, f_inode, i_sb, s_bdi, capabilities) & BDI_CAP_WRITEBACK;
 }
 
 /* The st_dev that stat(2) reports, so the agent can check identity:

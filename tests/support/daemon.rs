@@ -3,7 +3,7 @@
 use std::{
     fs::File,
     io::Read,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -19,15 +19,18 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts the daemon and waits until its programs are attached.
+    /// Starts the daemon this workspace built and waits until it is attached.
     pub fn start() -> Result<Self> {
-        let exe = bin_dir().join("writebehindd");
+        Self::start_exe(&bin_dir().join("writebehindd"))
+    }
+
+    pub fn start_exe(exe: &Path) -> Result<Self> {
         if !exe.exists() {
             bail!("{} is not built: run `cargo xtask test`, which builds it first", exe.display());
         }
         let scratch = Scratch::new("daemon")?;
         let log = scratch.0.join("daemon.log");
-        let child = Command::new(&exe)
+        let child = Command::new(exe)
             .env("RUST_LOG", std::env::var("WB_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(File::create(&log)?)

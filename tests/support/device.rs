@@ -7,13 +7,24 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::{Scratch, run};
+use super::{Knob, Scratch, run};
+
+const BLKIO_WRITE_BPS: &str = "/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device";
+
+fn attach(backing: &Path) -> Result<PathBuf> {
+    let out = run(Command::new("losetup").args(["--find", "--show", "--direct-io=on"]).arg(backing))?;
+    Ok(PathBuf::from(out.trim()))
+}
 
 /// A loop device over a fully written backing file, with direct I/O so its
-/// writes reach the disk instead of a second page cache.
+/// writes reach the disk instead of a second page cache.  A throttled one
+/// is stacked on a lower loop device whose writes the root blkio cgroup caps.
 pub struct LoopDevice {
     pub dev: PathBuf,
-    _scratch: Scratch,
+    // Dropped in this order after `dev` is detached: rule, lower device, file.
+    _throttle: Option<Knob>,
+    _lower: Option<Box<LoopDevice>>,
+    _scratch: Option<Scratch>,
 }
 
 impl LoopDevice {
@@ -25,16 +36,40 @@ impl LoopDevice {
             .arg("if=/dev/zero")
             .arg(format!("of={}", backing.display()))
             .args(["bs=1M", &format!("count={size_mib}"), "status=none"]))?;
-        let out = run(Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(&backing))?;
-        Ok(Self { dev: PathBuf::from(out.trim()), _scratch: scratch })
+        let dev = attach(&backing)?;
+        Ok(Self { dev, _throttle: None, _lower: None, _scratch: Some(scratch) })
+    }
+
+    /// A device whose writes are capped at `bytes_per_sec`, like a real disk.
+    ///
+    /// The cap is a root-cgroup blkio v1 rule on a lower loop device: rules
+    /// on other cgroups miss writeback (flusher threads issue it), and the
+    /// upper loop device gives the filesystem a real, bounded request queue.
+    pub fn throttled(size_mib: u64, bytes_per_sec: u64) -> Result<Self> {
+        let lower = Self::new(size_mib)?;
+        let rule = format!("{} {bytes_per_sec}", lower.bdi()?);
+        let undo = format!("{} 0", lower.bdi()?);
+        let throttle = Knob::set_restoring(BLKIO_WRITE_BPS, &rule, BLKIO_WRITE_BPS, &undo)
+            .context("capping the device's write rate (needs the cgroup v1 blkio controller)")?;
+        let dev = attach(&lower.dev)?;
+        Ok(Self { dev, _throttle: Some(throttle), _lower: Some(Box::new(lower)), _scratch: None })
+    }
+
+    /// The kernel name ("loop3").
+    pub fn name(&self) -> String {
+        self.dev.file_name().unwrap().to_string_lossy().into_owned()
+    }
+
+    /// Bytes written to the device so far (/sys/block/<dev>/stat, sectors).
+    pub fn bytes_written(&self) -> Result<u64> {
+        let stat = std::fs::read_to_string(format!("/sys/block/{}/stat", self.name()))?;
+        let sectors: u64 = stat.split_whitespace().nth(6).context("short stat")?.parse()?;
+        Ok(sectors * 512)
     }
 
     /// "major:minor", the name of its bdi in /sys/class/bdi and debugfs.
     pub fn bdi(&self) -> Result<String> {
-        let name = self.dev.file_name().unwrap().to_string_lossy().into_owned();
-        let s = std::fs::read_to_string(format!("/sys/block/{name}/dev"))?;
+        let s = std::fs::read_to_string(format!("/sys/block/{}/dev", self.name()))?;
         Ok(s.trim().to_owned())
     }
 }

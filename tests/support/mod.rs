@@ -3,6 +3,7 @@
 
 pub mod daemon;
 pub mod device;
+pub mod knob;
 pub mod sampler;
 
 use std::{
@@ -14,14 +15,17 @@ use anyhow::{Context, Result, bail};
 
 pub use daemon::Daemon;
 pub use device::{LoopDevice, Mounted};
-pub use sampler::{Peak, Sampler};
+pub use knob::Knob;
+pub use sampler::{Peak, Sample, Sampler};
 
 pub const MIB: u64 = 1 << 20;
 
 /// These tests load BPF and make loop devices: without root they cannot run
 /// at all, and saying so beats a confusing failure further in.
+/// Also restores settings a killed earlier run left changed.
 pub fn require_root() {
     assert!(unsafe { libc::geteuid() } == 0, "these tests must run as root (cargo xtask test)");
+    Knob::recover().expect("restoring settings left by an interrupted run");
 }
 
 /// Runs a command, failing with its stderr when it does not succeed.

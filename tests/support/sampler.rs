@@ -10,7 +10,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
     },
     thread::{self, JoinHandle},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result};
@@ -23,7 +23,27 @@ pub struct Peak {
     pub dirty: u64,
     /// Highest dirty + writeback seen, bytes.
     pub dirty_wb: u64,
+    /// Mean of dirty + writeback over the samples, bytes.
+    pub mean_dirty_wb: u64,
     pub samples: u64,
+}
+
+/// One sample: seconds since the sampler started, dirty and writeback bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub t: f64,
+    pub dirty: u64,
+    pub writeback: u64,
+}
+
+pub fn peak(series: &[Sample]) -> Peak {
+    let n = series.len() as u64;
+    Peak {
+        dirty: series.iter().map(|s| s.dirty).max().unwrap_or(0),
+        dirty_wb: series.iter().map(|s| s.dirty + s.writeback).max().unwrap_or(0),
+        mean_dirty_wb: series.iter().map(|s| s.dirty + s.writeback).sum::<u64>() / n.max(1),
+        samples: n,
+    }
 }
 
 /// (dirty, writeback) of a bdi now, in bytes.
@@ -42,7 +62,7 @@ pub fn bdi_dirty_writeback(bdi: &str) -> Result<(u64, u64)> {
 
 pub struct Sampler {
     stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<Peak>>,
+    handle: Option<JoinHandle<Vec<Sample>>>,
     _debugfs: Debugfs,
 }
 
@@ -53,21 +73,23 @@ impl Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let (flag, bdi) = (stop.clone(), bdi.to_owned());
         let handle = thread::spawn(move || {
-            let mut peak = Peak::default();
+            let (start, mut series) = (Instant::now(), Vec::new());
             while !flag.load(Ordering::Relaxed) {
-                if let Ok((dirty, wb)) = bdi_dirty_writeback(&bdi) {
-                    peak.dirty = peak.dirty.max(dirty);
-                    peak.dirty_wb = peak.dirty_wb.max(dirty + wb);
-                    peak.samples += 1;
+                if let Ok((dirty, writeback)) = bdi_dirty_writeback(&bdi) {
+                    series.push(Sample { t: start.elapsed().as_secs_f64(), dirty, writeback });
                 }
                 thread::sleep(Duration::from_millis(100));
             }
-            peak
+            series
         });
         Ok(Self { stop, handle: Some(handle), _debugfs: debugfs })
     }
 
-    pub fn finish(mut self) -> Peak {
+    pub fn finish(self) -> Peak {
+        peak(&self.series())
+    }
+
+    pub fn series(mut self) -> Vec<Sample> {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.take().unwrap().join().expect("sampler thread")
     }

@@ -1,1 +1,80 @@
-fn main() {}
+//! cargo xtask: the project's build, run, test and bench entry points.
+//!
+//!   cargo xtask run [-- ARGS]   build (release) and run the daemon in the foreground
+//!   cargo xtask test            build everything, run every test (root; real BPF)
+//!   cargo xtask bench [--quick] measure write-behind against the alternatives
+
+mod bench;
+
+use std::process::{Command, ExitCode};
+
+use anyhow::{Result, bail};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  run [-- ARGS]      build the daemon (release) and run it in the foreground as root
+  test [ARGS]        build, then run all tests (needs root: they load BPF and make loop devices);
+                     ARGS go to cargo test (e.g. a test name filter)
+  bench [--quick]    run the benchmark scenarios side by side with the kernel default";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("run") => run(&args[1..]),
+        Some("test") => test(&args[1..]),
+        Some("bench") => bench::main(&args[1..]),
+        // The bench's in-application writers (Linus's loop, RWF_DONTCACHE).
+        Some("writer") => bench::writer::main(&args[1..]),
+        Some("-h" | "--help") | None => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(anyhow::anyhow!("unknown command {other:?}\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub fn cargo(args: &[&str]) -> Result<()> {
+    let status = Command::new(env!("CARGO")).args(args).status()?;
+    if !status.success() {
+        bail!("cargo {} failed", args.join(" "));
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn run(args: &[String]) -> Result<()> {
+    cargo(&["build", "--release", "-p", "writebehindd"])?;
+    let args: Vec<&str> = args.iter().map(String::as_str).skip_while(|a| *a == "--").collect();
+    let status = Command::new("target/release/writebehindd").args(&args).status()?;
+    if !status.success() {
+        bail!("writebehindd exited with {status}");
+    }
+    Ok(())
+}
+
+fn test(args: &[String]) -> Result<()> {
+    if !is_root() {
+        bail!("the tests load BPF programs and create loop devices: run them as root");
+    }
+    // Integration tests spawn the daemon binary, so build it first.
+    cargo(&["build", "--workspace", "--bins"])?;
+    let mut cmd = vec!["test", "--workspace"];
+    cmd.extend(args.iter().map(String::as_str));
+    // One at a time: tests measure one device's dirty pages and must not
+    // disturb each other's numbers.
+    cmd.extend(["--", "--test-threads=1"]);
+    cargo(&cmd)
+}

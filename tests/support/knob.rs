@@ -1,0 +1,96 @@
+//! System settings changed for a test or a bench run, and put back.
+//!
+//! A `Knob` writes a sysfs/procfs file and restores it on drop.  Because a
+//! killed process runs no destructors, every change is also journaled in
+//! /run/wb-testbed/knobs before it is made; `Knob::recover()` (called first
+//! by every test and bench run) restores whatever a dead run left behind.
+
+use std::{
+    fs,
+    io::Write,
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
+
+use anyhow::{Context, Result};
+
+const JOURNAL_DIR: &str = "/run/wb-testbed";
+const JOURNAL: &str = "/run/wb-testbed/knobs";
+
+static JOURNAL_LOCK: Mutex<()> = Mutex::new(());
+
+pub struct Knob {
+    restore_path: PathBuf,
+    restore_value: String,
+}
+
+impl Knob {
+    /// Writes `value` to `path`; drop writes the old value back.
+    pub fn set(path: &str, value: &str) -> Result<Self> {
+        let old = read(path)?;
+        Self::set_restoring(path, value, path, &old)
+    }
+
+    /// Writes `value` to `path`; drop writes `restore_value` to
+    /// `restore_path` (for settings whose undo is another file, like
+    /// vm.dirty_bytes, which zeroes vm.dirty_ratio when set).
+    pub fn set_restoring(path: &str, value: &str, restore_path: &str, restore_value: &str) -> Result<Self> {
+        journal_add(restore_path, restore_value)?;
+        let knob = Self { restore_path: restore_path.into(), restore_value: restore_value.into() };
+        fs::write(path, value).with_context(|| format!("writing {value:?} to {path}"))?;
+        Ok(knob)
+    }
+
+    /// Restores what a killed run left changed.
+    pub fn recover() -> Result<()> {
+        let _g = JOURNAL_LOCK.lock().unwrap();
+        let Ok(text) = fs::read_to_string(JOURNAL) else { return Ok(()) };
+        // Newest first: later changes may depend on earlier ones.
+        for line in text.lines().rev() {
+            if let Some((path, value)) = line.split_once('\t') {
+                eprintln!("testbed: restoring {path} to {value:?} (left by an interrupted run)");
+                let _ = fs::write(path, value);
+            }
+        }
+        fs::remove_file(JOURNAL)?;
+        Ok(())
+    }
+}
+
+impl Drop for Knob {
+    fn drop(&mut self) {
+        if let Err(e) = fs::write(&self.restore_path, &self.restore_value) {
+            eprintln!("testbed: could not restore {}: {e}", self.restore_path.display());
+            return;
+        }
+        journal_remove(&self.restore_path, &self.restore_value);
+    }
+}
+
+pub fn read(path: &str) -> Result<String> {
+    Ok(fs::read_to_string(path).with_context(|| format!("reading {path}"))?.trim().to_owned())
+}
+
+fn journal_add(path: &str, value: &str) -> Result<()> {
+    let _g = JOURNAL_LOCK.lock().unwrap();
+    fs::create_dir_all(JOURNAL_DIR)?;
+    let mut f = fs::OpenOptions::new().create(true).append(true).open(JOURNAL)?;
+    writeln!(f, "{path}\t{value}")?;
+    f.sync_all()?;
+    Ok(())
+}
+
+fn journal_remove(path: &Path, value: &str) {
+    let _g = JOURNAL_LOCK.lock().unwrap();
+    let Ok(text) = fs::read_to_string(JOURNAL) else { return };
+    let entry = format!("{}\t{value}", path.display());
+    let mut lines: Vec<&str> = text.lines().collect();
+    if let Some(i) = lines.iter().rposition(|l| *l == entry) {
+        lines.remove(i);
+    }
+    let _ = if lines.is_empty() {
+        fs::remove_file(JOURNAL)
+    } else {
+        fs::write(JOURNAL, lines.join("\n") + "\n")
+    };
+}

@@ -1,0 +1,284 @@
+//! `cargo xtask bench`: write-behind measured against the alternatives a user
+//! would pick instead, side by side in one run, on a bandwidth-capped device.
+
+mod modes;
+mod probes;
+mod report;
+mod scenarios;
+pub mod writer;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use wb_tests::{Knob, LoopDevice, MIB, Mounted, Scratch, device::Debugfs};
+
+use modes::Mode;
+use report::Run;
+use scenarios::{Ctx, Sizes};
+
+const USAGE: &str = "\
+usage: cargo xtask bench [--quick | --smoke] [--only SCENARIOS] [--modes MODES]
+                         [--fs FSTYPES] [--rates MIBPS] [--runs N] [--out DIR]
+
+Runs each scenario once per mode and run, on a loop device whose writes are
+capped by the root blkio cgroup, and prints a table per scenario (median and
+min–max). Writes results.json and one SVG plot per copy group to --out
+(default target/bench/<unix time>). Needs root.
+
+  scenarios: copy (with fsync/read latency probes), tar, multi, overwrite,
+             tempfile, overhead
+  modes:     default, global, strict, linus, dontcache, writebehindd
+  --quick    ext4 at 100 MiB/s, 1 run, reduced sizes (about 6 minutes)
+  --smoke    tiny sizes: checks the harness itself (about 2 minutes; run by CI)
+  full       ext4 and xfs at 100 MiB/s plus the 30 MiB/s USB-stick copy, 3 runs
+             (about 2.5 hours; the estimate is printed before it starts)";
+
+struct Plan {
+    sizes: Sizes,
+    fs: Vec<String>,
+    rates: Vec<u64>,
+    runs: u32,
+    scenarios: Vec<String>,
+    modes: Vec<Mode>,
+    out: PathBuf,
+    /// copy files at the slow rate (fewer, to bound the run time)
+    slow_copy_files: u32,
+}
+
+const SCENARIOS: [&str; 6] = ["copy", "tar", "multi", "overwrite", "tempfile", "overhead"];
+
+fn parse(args: &[String]) -> Result<Plan> {
+    let full = Sizes {
+        copy_files: 100,
+        copy_max_mib: 64,
+        tar_files: 20_000,
+        tar_dd_mib: 1024,
+        multi_writers: vec![1, 10, 30],
+        multi_mib: 256,
+        overwrite_mib: 256,
+        temp_files: 8,
+        temp_mib: 64,
+        read_probe_mib: 256,
+        overhead_secs: 5.0,
+    };
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let mut plan = Plan {
+        sizes: full,
+        fs: vec!["ext4".into(), "xfs".into()],
+        rates: vec![100, 30],
+        runs: 3,
+        scenarios: SCENARIOS.iter().map(|s| s.to_string()).collect(),
+        modes: modes::ALL.to_vec(),
+        out: PathBuf::from(format!("target/bench/{stamp}")),
+        slow_copy_files: 32,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--quick" => {
+                plan.sizes = Sizes {
+                    copy_files: 30,
+                    tar_files: 2000,
+                    tar_dd_mib: 256,
+                    multi_writers: vec![1, 10],
+                    multi_mib: 64,
+                    overwrite_mib: 64,
+                    temp_files: 4,
+                    temp_mib: 32,
+                    read_probe_mib: 64,
+                    overhead_secs: 2.0,
+                    ..plan.sizes
+                };
+                plan.fs = vec!["ext4".into()];
+                plan.rates = vec![100];
+                plan.runs = 1;
+            }
+            "--smoke" => {
+                plan.sizes = Sizes {
+                    copy_files: 4,
+                    copy_max_mib: 24,
+                    tar_files: 100,
+                    tar_dd_mib: 24,
+                    multi_writers: vec![2],
+                    multi_mib: 24,
+                    overwrite_mib: 24,
+                    temp_files: 2,
+                    temp_mib: 8,
+                    read_probe_mib: 16,
+                    overhead_secs: 0.3,
+                };
+                plan.fs = vec!["ext4".into()];
+                plan.rates = vec![100];
+                plan.runs = 1;
+                plan.slow_copy_files = 4;
+            }
+            "--only" => plan.scenarios = val()?.split(',').map(str::to_owned).collect(),
+            "--modes" => {
+                plan.modes = val()?
+                    .split(',')
+                    .map(|m| Mode::parse(m).with_context(|| format!("unknown mode {m:?}\n{USAGE}")))
+                    .collect::<Result<_>>()?
+            }
+            "--fs" => plan.fs = val()?.split(',').map(str::to_owned).collect(),
+            "--rates" => plan.rates = val()?.split(',').map(|r| r.parse()).collect::<Result<_, _>>()?,
+            "--runs" => plan.runs = val()?.parse()?,
+            "--out" => plan.out = PathBuf::from(val()?),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    for s in &plan.scenarios {
+        if !SCENARIOS.contains(&s.as_str()) {
+            bail!("unknown scenario {s:?}\n{USAGE}");
+        }
+    }
+    Ok(plan)
+}
+
+/// Which scenarios run at a given rate: the slow (USB stick) rate runs only
+/// the copy, which is what that case is about.
+fn scenarios_at<'a>(plan: &'a Plan, rate: u64) -> Vec<&'a str> {
+    let slow = rate < 100 && plan.rates.iter().any(|&r| r >= 100);
+    plan.scenarios.iter().map(String::as_str).filter(|s| *s != "overhead" && (!slow || *s == "copy")).collect()
+}
+
+/// A rough duration: every byte at the device rate, plus 30 % for syncs and setup.
+fn estimate_secs(plan: &Plan) -> f64 {
+    let s = &plan.sizes;
+    let mut bytes_at = 0.0;
+    for &rate in &plan.rates {
+        let copy_files = if rate < 100 { plan.slow_copy_files } else { s.copy_files };
+        for sc in scenarios_at(plan, rate) {
+            let mib = match sc {
+                "copy" => copy_files as f64 * s.copy_max_mib as f64 / 2.0,
+                "tar" => s.tar_files as f64 * 0.075 + s.tar_dd_mib as f64,
+                "multi" => s.multi_writers.iter().map(|&n| n as f64 * s.multi_mib as f64).sum(),
+                "overwrite" => 2.0 * s.overwrite_mib as f64,
+                "tempfile" => (s.temp_files as u64 * s.temp_mib) as f64,
+                _ => 0.0,
+            };
+            bytes_at += mib / rate as f64;
+        }
+    }
+    let per_mode = bytes_at * plan.fs.len() as f64 * 1.3 + 20.0;
+    per_mode * (plan.modes.len() * plan.runs as usize) as f64
+}
+
+pub fn main(args: &[String]) -> Result<()> {
+    let plan = parse(args)?;
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the bench makes loop devices, caps their rate and loads BPF: run it as root");
+    }
+    super::cargo(&["build", "--release", "-p", "writebehindd"])?;
+    let daemon = std::fs::canonicalize("target/release/writebehindd")?;
+    let xtask = std::env::current_exe()?;
+    Knob::recover()?;
+    let _debugfs = Debugfs::ensure()?;
+    std::fs::create_dir_all(&plan.out)?;
+    println!(
+        "bench: {} scenario(s) x {} mode(s) x {} run(s) on {:?} at {:?} MiB/s; expected about {:.0} min",
+        plan.scenarios.len(),
+        plan.modes.len(),
+        plan.runs,
+        plan.fs,
+        plan.rates,
+        estimate_secs(&plan) / 60.0
+    );
+
+    let shm = Scratch::new_in("/dev/shm", "bench")?;
+    let mut runs: Vec<Run> = Vec::new();
+    for fstype in &plan.fs {
+        for &rate_mib in &plan.rates {
+            if scenarios_at(&plan, rate_mib).is_empty() {
+                continue;
+            }
+            bench_device(&plan, fstype, rate_mib, &shm.0, &daemon, &xtask, &mut runs)?;
+        }
+    }
+    if plan.scenarios.iter().any(|s| s == "overhead") {
+        overhead(&plan, &daemon, &mut runs)?;
+    }
+    report::write_json(&runs, &plan.out.join("results.json"))?;
+    println!("\nresults: {}", plan.out.join("results.json").display());
+    Ok(())
+}
+
+fn bench_device(
+    plan: &Plan,
+    fstype: &str,
+    rate_mib: u64,
+    shm: &Path,
+    daemon: &Path,
+    xtask: &Path,
+    runs: &mut Vec<Run>,
+) -> Result<()> {
+    let rate = rate_mib * MIB;
+    let mut sizes = plan.sizes.clone();
+    if rate_mib < 100 {
+        sizes.copy_files = plan.slow_copy_files;
+    }
+    let (copy_src, copy_bytes, tarball) = scenarios::make_sources(&shm.join(format!("src-{}", sizes.copy_files)), &sizes)?;
+    let dev_mib = (copy_bytes / MIB + sizes.tar_files as u64 / 4 + sizes.tar_dd_mib) * 2 + 2048;
+    let fs = Mounted::new(LoopDevice::throttled(dev_mib, rate)?, fstype)?;
+    probes::prepare_read_file(&fs.path("probe-read"), sizes.read_probe_mib)?;
+    let ctx = Ctx { fs: &fs, rate, sizes: &sizes, xtask: xtask.to_owned(), copy_src, copy_bytes, tarball };
+
+    let tag = format!("{fstype} {rate_mib}MiB/s");
+    for scenario in scenarios_at(plan, rate_mib) {
+        let variants: Vec<Option<u32>> = match scenario {
+            "multi" => sizes.multi_writers.iter().map(|&n| Some(n)).collect(),
+            _ => vec![None],
+        };
+        for variant in variants {
+            let group = match (scenario, variant) {
+                ("copy", _) => format!("copy {:.1} GiB {tag}", copy_bytes as f64 / (1u64 << 30) as f64),
+                ("multi", Some(n)) => format!("multi {n} x {} MiB {tag}", sizes.multi_mib),
+                _ => format!("{scenario} {tag}"),
+            };
+            for _ in 0..plan.runs {
+                for &mode in &plan.modes {
+                    let active = modes::activate(mode, &fs.device.bdi()?, rate, daemon)?;
+                    let (metrics, series) = match (scenario, variant) {
+                        ("copy", _) => scenarios::copy(&ctx, mode)?,
+                        ("tar", _) => (scenarios::tar(&ctx, mode)?, vec![]),
+                        ("multi", Some(n)) => (scenarios::multi(&ctx, mode, n)?, vec![]),
+                        ("overwrite", _) => (scenarios::overwrite(&ctx, mode)?, vec![]),
+                        ("tempfile", _) => (scenarios::tempfile(&ctx, mode)?, vec![]),
+                        _ => unreachable!("scenario list is checked in parse"),
+                    };
+                    active.stop()?;
+                    runs.push(Run::new(&group, mode.name(), &metrics, &series));
+                }
+            }
+            print!("{}", report::table(runs, &group));
+            if scenario == "copy" {
+                let svg = plan.out.join(format!("{}.svg", group.replace([' ', '/'], "_")));
+                report::plot(runs, &group, &svg)?;
+                println!("plot: {}", svg.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The hook's cost where there is nothing to flush: only default vs daemon.
+fn overhead(plan: &Plan, daemon: &Path, runs: &mut Vec<Run>) -> Result<()> {
+    let group = "overhead: 4 KiB write() to tmpfs";
+    for _ in 0..plan.runs {
+        for mode in [Mode::Default, Mode::Writebehindd] {
+            if !plan.modes.contains(&mode) {
+                continue;
+            }
+            let active = modes::activate(mode, "", 0, daemon)?;
+            let metrics = scenarios::overhead(plan.sizes.overhead_secs)?;
+            active.stop()?;
+            runs.push(Run::new(group, mode.name(), &metrics, &[]));
+        }
+    }
+    print!("{}", report::table(runs, group));
+    Ok(())
+}

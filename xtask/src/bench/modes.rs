@@ -1,0 +1,118 @@
+//! The alternatives a user would pick instead of writebehindd, each set up
+//! for a run and undone after it (knobs restore on drop, even on error).
+
+use std::path::Path;
+
+use anyhow::Result;
+use wb_tests::{Daemon, Knob, knob};
+
+use super::writer::Flavor;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Kernel defaults: dirty_ratio 20 %, background 10 %.
+    Default,
+    /// Chinner's proposal: global dirty_background_bytes 100 MB, dirty_bytes 200 MB.
+    GlobalDirty,
+    /// Per-device strict_limit with max_bytes of about 1 s of bandwidth.
+    BdiStrict,
+    /// Linus's loop in the writer: WRITE chunk n, then wait on chunk n-1 (8 MiB).
+    Linus,
+    /// The writer uses pwritev2(RWF_DONTCACHE) (Linux 6.14+).
+    DontCache,
+    /// writebehindd with its embedded default policy.
+    Writebehindd,
+}
+
+pub const ALL: [Mode; 6] =
+    [Mode::Default, Mode::GlobalDirty, Mode::BdiStrict, Mode::Linus, Mode::DontCache, Mode::Writebehindd];
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Default => "kernel default",
+            Mode::GlobalDirty => "global dirty_bytes",
+            Mode::BdiStrict => "bdi strict_limit",
+            Mode::Linus => "Linus loop",
+            Mode::DontCache => "RWF_DONTCACHE",
+            Mode::Writebehindd => "writebehindd",
+        }
+    }
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Mode::Default => "default",
+            Mode::GlobalDirty => "global",
+            Mode::BdiStrict => "strict",
+            Mode::Linus => "linus",
+            Mode::DontCache => "dontcache",
+            Mode::Writebehindd => "writebehindd",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        ALL.into_iter().find(|m| m.key() == s)
+    }
+
+    /// How the bench's own writers write in this mode; other modes use the
+    /// real programs (cp, dd, tar) unchanged.
+    pub fn flavor(self) -> Option<Flavor> {
+        match self {
+            Mode::Linus => Some(Flavor::Linus),
+            Mode::DontCache => Some(Flavor::DontCache),
+            _ => None,
+        }
+    }
+}
+
+/// A mode in force; dropping it restores the machine.
+pub struct Active {
+    _knobs: Vec<Knob>,
+    daemon: Option<Daemon>,
+}
+
+impl Active {
+    pub fn stop(mut self) -> Result<()> {
+        if let Some(d) = self.daemon.take() {
+            d.stop()?;
+        }
+        Ok(())
+    }
+}
+
+/// vm.dirty_*_bytes and vm.dirty_*_ratio exclude each other: setting bytes
+/// zeroes the ratio, so the undo of a bytes knob is the old ratio.
+fn vm_bytes(name: &str, value: u64) -> Result<Knob> {
+    let bytes = format!("/proc/sys/vm/{name}_bytes");
+    let ratio = format!("/proc/sys/vm/{name}_ratio");
+    let old_bytes = knob::read(&bytes)?;
+    let (restore_path, restore) =
+        if old_bytes == "0" { (ratio.clone(), knob::read(&ratio)?) } else { (bytes.clone(), old_bytes) };
+    Knob::set_restoring(&bytes, &value.to_string(), &restore_path, &restore)
+}
+
+pub fn activate(mode: Mode, bdi: &str, rate: u64, daemon_exe: &Path) -> Result<Active> {
+    let mut knobs = Vec::new();
+    let mut daemon = None;
+    match mode {
+        Mode::GlobalDirty => {
+            knobs.push(vm_bytes("dirty_background", 100_000_000)?);
+            knobs.push(vm_bytes("dirty", 200_000_000)?);
+        }
+        Mode::BdiStrict => {
+            let dir = format!("/sys/class/bdi/{bdi}");
+            // Writing max_bytes rewrites max_ratio; the undo is the old ratio.
+            let ratio = knob::read(&format!("{dir}/max_ratio"))?;
+            knobs.push(Knob::set_restoring(
+                &format!("{dir}/max_bytes"),
+                &rate.to_string(),
+                &format!("{dir}/max_ratio"),
+                &ratio,
+            )?);
+            knobs.push(Knob::set(&format!("{dir}/strict_limit"), "1")?);
+        }
+        Mode::Writebehindd => daemon = Some(Daemon::start_exe(daemon_exe)?),
+        Mode::Default | Mode::Linus | Mode::DontCache => {}
+    }
+    Ok(Active { _knobs: knobs, daemon })
+}

@@ -1,0 +1,285 @@
+//! The workloads that judge write-behind.  Each run starts from an empty
+//! target, measures, syncs and cleans up, so runs do not disturb each other.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{Context, Result, bail};
+use wb_tests::{MIB, Mounted, Sample, Sampler, sh};
+
+use super::{
+    modes::Mode,
+    probes::{self, Probes},
+    writer::Flavor,
+};
+
+/// What one run measured, in display order.
+pub type Metrics = Vec<(&'static str, f64)>;
+
+/// Sizes of one bench invocation (quick, smoke or full).
+#[derive(Debug, Clone)]
+pub struct Sizes {
+    pub copy_files: u32,
+    pub copy_max_mib: u64,
+    pub tar_files: u32,
+    pub tar_dd_mib: u64,
+    pub multi_writers: Vec<u32>,
+    pub multi_mib: u64,
+    pub overwrite_mib: u64,
+    pub temp_files: u32,
+    pub temp_mib: u64,
+    pub read_probe_mib: u64,
+    pub overhead_secs: f64,
+}
+
+/// Everything a scenario needs: the device, its rate, the programs, sources.
+pub struct Ctx<'a> {
+    pub fs: &'a Mounted,
+    pub rate: u64,
+    pub sizes: &'a Sizes,
+    pub xtask: PathBuf,
+    pub copy_src: PathBuf,
+    pub copy_bytes: u64,
+    pub tarball: PathBuf,
+}
+
+impl Ctx<'_> {
+    fn bdi(&self) -> String {
+        self.fs.device.bdi().expect("bdi of the bench device")
+    }
+
+    /// The bench's own writer for in-application modes, else the real program.
+    fn writer(&self, mode: Mode, args: &[&str], real: Command) -> Command {
+        match mode.flavor() {
+            Some(f) => {
+                let mut c = Command::new(&self.xtask);
+                c.arg("writer").arg(f.key()).args(args);
+                c
+            }
+            None => real,
+        }
+    }
+
+    fn clean(&self, name: &str) -> Result<PathBuf> {
+        let p = self.fs.path(name);
+        sh(&format!("rm -rf {0} && sync", p.display()))?;
+        Ok(p)
+    }
+}
+
+/// dd if=/dev/zero of=path bs=1M count=mib
+fn dd(path: &str, mib: &str) -> Command {
+    let mut c = Command::new("dd");
+    c.args(["if=/dev/zero", &format!("of={path}"), "bs=1M", &format!("count={mib}")]).stderr(Stdio::null());
+    c
+}
+
+fn spawn(mut cmd: Command) -> Result<Child> {
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn().with_context(|| format!("spawning {cmd:?}"))
+}
+
+fn wait(mut child: Child, what: &str) -> Result<()> {
+    let st = child.wait()?;
+    if !st.success() {
+        bail!("{what} failed: {st}");
+    }
+    Ok(())
+}
+
+fn timed_sync() -> Result<f64> {
+    let t = Instant::now();
+    sh("sync")?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// `cp -r` of many files of random size, with latency probes on the device.
+pub fn copy(ctx: &Ctx, mode: Mode) -> Result<(Metrics, Vec<Sample>)> {
+    let dst = ctx.clean("copy")?;
+    let (src, dst_s) = (ctx.copy_src.display().to_string(), dst.display().to_string());
+    let mut cp = Command::new("cp");
+    cp.args(["-r", &src, &dst_s]);
+    let cmd = ctx.writer(mode, &["copy-tree", &src, &dst_s], cp);
+    let before = ctx.fs.device.bytes_written()?;
+    let probes = Probes::start(ctx.fs.path("probe-fsync"), ctx.fs.path("probe-read"))?;
+    let sampler = Sampler::start(&ctx.bdi())?;
+    let t = Instant::now();
+    wait(spawn(cmd)?, "copy")?;
+    let copy_s = t.elapsed().as_secs_f64();
+    let sync_s = timed_sync()?;
+    let series = sampler.series();
+    let (fsync, read) = probes.stop();
+    let written = ctx.fs.device.bytes_written()? - before;
+    let peak = wb_tests::sampler::peak(&series);
+    let ideal = ctx.copy_bytes as f64 / ctx.rate as f64;
+    let (f50, f99, fmax) = probes::percentiles(fsync);
+    let (r50, r99, rmax) = probes::percentiles(read);
+    ctx.clean("copy")?;
+    Ok((
+        vec![
+            ("copy s", copy_s),
+            ("sync s", sync_s),
+            ("total s", copy_s + sync_s),
+            ("total/ideal", (copy_s + sync_s) / ideal),
+            ("peak MiB", peak.dirty_wb as f64 / MIB as f64),
+            ("mean MiB", peak.mean_dirty_wb as f64 / MIB as f64),
+            ("written GiB", written as f64 / (1u64 << 30) as f64),
+            ("fsync p50 ms", f50 * 1e3),
+            ("fsync p99 ms", f99 * 1e3),
+            ("fsync max ms", fmax * 1e3),
+            ("read p50 ms", r50 * 1e3),
+            ("read p99 ms", r99 * 1e3),
+            ("read max ms", rmax * 1e3),
+        ],
+        series,
+    ))
+}
+
+/// tar x of many small files while a 1 GiB dd streams to the same device.
+pub fn tar(ctx: &Ctx, mode: Mode) -> Result<Metrics> {
+    let dir = ctx.clean("tar")?;
+    std::fs::create_dir_all(&dir)?;
+    let dd_path = ctx.clean("dd")?.display().to_string();
+    let mib = ctx.sizes.tar_dd_mib.to_string();
+    let dd_cmd = ctx.writer(mode, &["zeros", &dd_path, &mib], dd(&dd_path, &mib));
+    let mut tar_cmd = Command::new("tar");
+    tar_cmd.arg("-xf").arg(&ctx.tarball).arg("-C").arg(&dir);
+    let sampler = Sampler::start(&ctx.bdi())?;
+    let t = Instant::now();
+    let (tar_child, dd_child) = (spawn(tar_cmd)?, spawn(dd_cmd)?);
+    let tar_done = std::thread::spawn(move || -> Result<f64> {
+        wait(tar_child, "tar")?;
+        Ok(t.elapsed().as_secs_f64())
+    });
+    wait(dd_child, "dd")?;
+    let dd_s = t.elapsed().as_secs_f64();
+    let tar_s = tar_done.join().expect("tar thread")?;
+    timed_sync()?;
+    let total = t.elapsed().as_secs_f64();
+    let peak = sampler.finish();
+    ctx.clean("tar")?;
+    ctx.clean("dd")?;
+    Ok(vec![
+        ("tar s", tar_s),
+        ("dd s", dd_s),
+        ("to sync done s", total),
+        ("peak MiB", peak.dirty_wb as f64 / MIB as f64),
+    ])
+}
+
+fn extents(path: &Path) -> Result<u64> {
+    let out = sh(&format!("filefrag {}", path.display()))?;
+    out.split(':')
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("parsing filefrag output {out:?}"))
+}
+
+/// n concurrent dd writers; throughput includes the final sync.
+pub fn multi(ctx: &Ctx, mode: Mode, n: u32) -> Result<Metrics> {
+    let dir = ctx.clean("multi")?;
+    std::fs::create_dir_all(&dir)?;
+    let mib = ctx.sizes.multi_mib.to_string();
+    let files: Vec<String> = (0..n).map(|i| dir.join(format!("w{i}")).display().to_string()).collect();
+    let t = Instant::now();
+    let children = files
+        .iter()
+        .map(|f| spawn(ctx.writer(mode, &["zeros", f, &mib], dd(f, &mib))))
+        .collect::<Result<Vec<_>>>()?;
+    for c in children {
+        wait(c, "dd")?;
+    }
+    timed_sync()?;
+    let secs = t.elapsed().as_secs_f64();
+    let mut ext = 0;
+    for f in &files {
+        ext += extents(Path::new(f))?;
+    }
+    ctx.clean("multi")?;
+    let total = n as f64 * ctx.sizes.multi_mib as f64;
+    Ok(vec![("MiB/s", total / secs), ("extents/file", ext as f64 / n as f64), ("s", secs)])
+}
+
+/// Zero-then-overwrite through one fd: bytes that reached the device.
+pub fn overwrite(ctx: &Ctx, mode: Mode) -> Result<Metrics> {
+    let f = ctx.clean("overwrite")?;
+    let mib = ctx.sizes.overwrite_mib;
+    let flavor = mode.flavor().unwrap_or(Flavor::Plain);
+    let before = ctx.fs.device.bytes_written()?;
+    let mut cmd = Command::new(&ctx.xtask);
+    cmd.args(["writer", flavor.key(), "overwrite"]).arg(&f).arg(mib.to_string());
+    wait(spawn(cmd)?, "overwrite")?;
+    timed_sync()?;
+    let written = ctx.fs.device.bytes_written()? - before;
+    ctx.clean("overwrite")?;
+    Ok(vec![("written MiB", written as f64 / MIB as f64), ("x file size", written as f64 / (mib * MIB) as f64)])
+}
+
+/// Temporary files written and deleted before any sync.
+pub fn tempfile(ctx: &Ctx, mode: Mode) -> Result<Metrics> {
+    let dir = ctx.clean("temp")?;
+    std::fs::create_dir_all(&dir)?;
+    let before = ctx.fs.device.bytes_written()?;
+    let mib = ctx.sizes.temp_mib.to_string();
+    for i in 0..ctx.sizes.temp_files {
+        let f = dir.join(format!("t{i}")).display().to_string();
+        wait(spawn(ctx.writer(mode, &["zeros", &f, &mib], dd(&f, &mib)))?, "dd")?;
+        std::fs::remove_file(&f)?;
+    }
+    timed_sync()?;
+    let written = ctx.fs.device.bytes_written()? - before;
+    let total = ctx.sizes.temp_files as u64 * ctx.sizes.temp_mib;
+    Ok(vec![("written MiB", written as f64 / MIB as f64), ("of MiB", total as f64)])
+}
+
+/// The hook's cost: 4 KiB write()s to tmpfs, where there is nothing to flush.
+pub fn overhead(secs: f64) -> Result<Metrics> {
+    use std::io::{Seek, Write};
+    let path = Path::new("/dev/shm").join(format!("wb-overhead-{}", std::process::id()));
+    let mut f = std::fs::File::create(&path)?;
+    let block = [7u8; 4096];
+    let (t, mut n) = (Instant::now(), 0u64);
+    while t.elapsed().as_secs_f64() < secs {
+        for _ in 0..4096 {
+            f.write_all(&block)?;
+        }
+        n += 4096;
+        f.rewind()?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    drop(f);
+    std::fs::remove_file(&path)?;
+    Ok(vec![("writes/s", n as f64 / secs), ("ns/write", secs * 1e9 / n as f64)])
+}
+
+/// Reproducible sources in tmpfs: the copy tree and the tarball.
+pub fn make_sources(root: &Path, sizes: &Sizes) -> Result<(PathBuf, u64, PathBuf)> {
+    let copy_src = root.join("copy-src");
+    std::fs::create_dir_all(&copy_src)?;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut total = 0;
+    for i in 0..sizes.copy_files {
+        let bytes = next() % (sizes.copy_max_mib * MIB + 1);
+        wb_tests::random_file(&copy_src.join(format!("f{i:03}")), bytes, next())?;
+        total += bytes;
+    }
+    let tar_src = root.join("tar-src");
+    for i in 0..sizes.tar_files {
+        let dir = tar_src.join(format!("d{:03}", i / 200));
+        std::fs::create_dir_all(&dir)?;
+        let bytes = 1024 + next() % (147 * 1024);
+        wb_tests::random_file(&dir.join(format!("f{i:05}")), bytes, next())?;
+    }
+    let tarball = root.join("src.tar");
+    sh(&format!("tar -cf {} -C {} . && rm -rf {}", tarball.display(), tar_src.display(), tar_src.display()))?;
+    Ok((copy_src, total, tarball))
+}
