@@ -73,17 +73,37 @@ static __always_inline void stat_inc(__u32 idx)
 		(*v)++;
 }
 
-/* The fd table entry for fd in the current task, or NULL. */
+/*
+ * One probe read per kernel object instead of one per field: `blk` holds a
+ * copy of the object's first bytes and BLK_FIELD picks a field out of it at
+ * its CO-RE offset (a constant once relocated, so the verifier sees a fixed
+ * stack offset).  A field beyond the copy falls back to its own read.  This
+ * halves the hook's cost per write (measured with the bench's overhead run).
+ */
+#define BLK_FIELD(blk, ptr, type, field) ({					\
+	typeof(((type *)0)->field) __v = 0;					\
+	__u32 __off = bpf_core_field_offset(type, field);			\
+	if (__off + sizeof(__v) <= sizeof(blk))					\
+		__builtin_memcpy(&__v, (char *)(blk) + __off, sizeof(__v));	\
+	else									\
+		bpf_core_read(&__v, sizeof(__v), &((type *)(ptr))->field);	\
+	__v;									\
+})
+
+/* The fd table entry for fd in task, or NULL.  The task pointer is trusted,
+ * so the walk is plain loads; the table slot is read as a plain value. */
 static __always_inline struct file *task_fd_file(struct task_struct *task, __u32 fd)
 {
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	struct file **fds;
+	struct files_struct *files = task->files;
+	struct fdtable *fdt;
 	struct file *file = NULL;
 
-	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+	if (!files)
 		return NULL;
-	fds = BPF_CORE_READ(fdt, fd);
-	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
+	fdt = files->fdt;
+	if (!fdt || fd >= fdt->max_fds)
+		return NULL;
+	bpf_probe_read_kernel(&file, sizeof(file), &fdt->fd[fd]);
 	return file;
 }
 
@@ -92,22 +112,44 @@ static __always_inline struct file *current_fd_file(__u32 fd)
 	return task_fd_file(bpf_get_current_task_btf(), fd);
 }
 
-/* Writes the seeds exclude: not a regular file, O_DIRECT, O_SYNC/O_DSYNC,
- * POSIX_FADV_RANDOM (those writers manage their own writeback), and files
- * on a bdi without writeback (tmpfs, ramfs: nothing to write back to). */
-static __always_inline bool file_eligible(struct file *file)
-{
-	unsigned int fmode = BPF_CORE_READ(file, f_mode);
-	unsigned int flags = BPF_CORE_READ(file, f_flags);
-	umode_t imode = BPF_CORE_READ(file, f_inode, i_mode);
+/* What the stream logic needs to know about a file being written. */
+struct file_facts {
+	struct inode *inode;
+	__u64 ino;
+	__u64 f_pos;
+};
 
+/*
+ * Fills `facts` for files write-behind may act on.  Excluded (seeds 001, 004):
+ * not a regular file, O_DIRECT, O_SYNC/O_DSYNC, POSIX_FADV_RANDOM (those
+ * writers manage their own writeback), and files on a bdi without writeback
+ * (tmpfs, ramfs: nothing to write back to).
+ */
+static __always_inline bool file_eligible(struct file *file, struct file_facts *facts)
+{
+	char fblk[128], iblk[72];
+	unsigned int fmode, flags;
+	struct super_block *sb;
+	umode_t imode;
+
+	if (bpf_probe_read_kernel(fblk, sizeof(fblk), file))
+		return false;
+	fmode = BLK_FIELD(fblk, file, struct file, f_mode);
+	flags = BLK_FIELD(fblk, file, struct file, f_flags);
 	if (!(fmode & FMODE_WRITE) || (fmode & FMODE_RANDOM))
 		return false;
 	if (flags & (O_DIRECT | O_DSYNC | __O_SYNC))
 		return false;
+	facts->inode = BLK_FIELD(fblk, file, struct file, f_inode);
+	facts->f_pos = BLK_FIELD(fblk, file, struct file, f_pos);
+	if (bpf_probe_read_kernel(iblk, sizeof(iblk), facts->inode))
+		return false;
+	imode = BLK_FIELD(iblk, facts->inode, struct inode, i_mode);
 	if ((imode & S_IFMT) != S_IFREG)
 		return false;
-	return BPF_CORE_READ(file, f_inode, i_sb, s_bdi, capabilities) & BDI_CAP_WRITEBACK;
+	facts->ino = BLK_FIELD(iblk, facts->inode, struct inode, i_ino);
+	sb = BLK_FIELD(iblk, facts->inode, struct inode, i_sb);
+	return BPF_CORE_READ(sb, s_bdi, capabilities) & BDI_CAP_WRITEBACK;
 }
 
 /* The st_dev that stat(2) reports, so the agent can check identity:
@@ -160,27 +202,29 @@ static __always_inline __u64 window_bytes(void)
 }
 
 /*
- * A write of [start, end) to file (through fd) completed.  Sequential writes
+ * A write of `len` bytes to file (through fd) completed, at `pos`, or for
+ * writes at the file position (pos < 0) ending at f_pos.  Sequential writes
  * extend the stream; anything else restarts it at this write, so random
  * writers never accumulate a window and never cause a flush.
  */
-static __always_inline void stream_write(struct file *file, __s32 fd,
-					 __u64 start, __u64 end)
+static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos, __u64 len)
 {
-	__u64 key = (__u64)file, window, ino;
+	struct file_facts facts;
+	__u64 key = (__u64)file, window, start, end;
 	struct file_stream *s;
 
-	if (!file || end <= start || !file_eligible(file))
+	if (!file || !len || !file_eligible(file, &facts))
 		return;
 	window = window_bytes();
 	if (!window)
 		return;
-	ino = BPF_CORE_READ(file, f_inode, i_ino);
+	end = pos < 0 ? facts.f_pos : pos + len;
+	start = end - len;
 
 	s = bpf_map_lookup_elem(&streams, &key);
-	if (!s || s->ino != ino) {
+	if (!s || s->ino != facts.ino) {
 		struct file_stream fresh = {
-			.ino = ino,
+			.ino = facts.ino,
 			.head = start,
 			.pos = end,
 			.tgid = bpf_get_current_pid_tgid() >> 32,
@@ -199,7 +243,7 @@ static __always_inline void stream_write(struct file *file, __s32 fd,
 	s->pos = end;
 	if (end - s->head < window)
 		return;
-	emit(WB_EV_SPAN, file, fd, ino, s->head, end);
+	emit(WB_EV_SPAN, file, fd, facts.ino, s->head, end);
 	s->head = end;
 	s->streaming = 1;
 }

@@ -3,18 +3,22 @@
  * Syscall-tracepoint backend: works where fentry is refused (this machine
  * returns EPERM for fentry/lsm loads; kprobes are not built in).
  *
- * Writes are seen at sys_exit, where the return value says how much was
- * written; the arguments come from the task's saved user registers
- * (bpf_task_pt_regs), which the syscall does not modify.  Closes are seen
- * at sys_enter, while the descriptor still names the file.  Process exit is
- * seen at sched_process_exit, which runs before exit_files() drops the fd
- * table.  Each hook only finds the struct file and the byte range and hands
- * them to stream.bpf.h.
+ * Writes are seen at the raw tp_btf/sys_exit tracepoint, where the return
+ * value says how much was written and `regs` (a trusted pointer: plain
+ * loads) holds the arguments.  One program on every syscall exit is cheaper
+ * than per-syscall sys_exit_* events, which cost ~180 ns more per write in
+ * perf-buffer plumbing (measured: +70 vs +255 ns per 4 KiB write to tmpfs,
+ * +87 vs +64 ns per unrelated syscall).  Closes are seen at sys_enter_*,
+ * while the descriptor still names the file; once sys_exit is hooked every
+ * task takes the traced syscall path anyway, so these cost a bitmap test.
+ * Process exit is seen at sched_process_exit, before exit_files().  Each
+ * hook only finds the struct file and the byte range; stream.bpf.h decides.
  *
  * Covered (strace on Debian 12: dd and tar use write; cp uses read/write
  * across filesystems and copy_file_range within one): write, writev,
- * pwrite64, pwritev, pwritev2, copy_file_range, sendfile64, splice.
- * Not covered: mmap stores, io_uring and AIO (no syscall per write).
+ * pwrite64, pwritev, pwritev2, copy_file_range, sendfile, splice.
+ * Not covered: mmap stores, io_uring and AIO (no syscall per write), and
+ * 32-bit (ia32) processes.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -23,6 +27,18 @@
 #include "stream.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
+
+/* x86_64 syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl). */
+#define NR_write		1
+#define NR_pwrite64		18
+#define NR_writev		20
+#define NR_sendfile		40
+#define NR_splice		275
+#define NR_pwritev		296
+#define NR_copy_file_range	326
+#define NR_pwritev2		328
+
+#define TS_COMPAT		0x0002	/* thread_info.status: ia32 syscall */
 
 /* pwritev2 flags (uapi/linux/fs.h) that mean the caller syncs or bypasses
  * the cache itself. */
@@ -34,117 +50,63 @@ char LICENSE[] SEC("license") = "GPL";
 /* Closing a range (close_range, process exit) walks at most this many fds. */
 #define MAX_FD_WALK	65536
 
-static __always_inline struct pt_regs *user_regs(void)
+static __always_inline void wrote(__s32 fd, __s64 pos, long ret)
 {
-	return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	stream_write(current_fd_file(fd), fd, pos, ret);
 }
 
-/* write/writev/sendfile: the file position after the call ends the range. */
-static __always_inline void wrote_at_fpos(__s32 fd, long ret)
-{
-	struct file *file;
-
-	if (ret <= 0)
-		return;
-	file = current_fd_file(fd);
-	if (file) {
-		__u64 end = BPF_CORE_READ(file, f_pos);
-
-		stream_write(file, fd, end - ret, end);
-	}
-}
-
-/* pwrite*: the range starts at an explicit offset. */
-static __always_inline void wrote_at(__s32 fd, __u64 pos, long ret)
-{
-	if (ret > 0)
-		stream_write(current_fd_file(fd), fd, pos, pos + ret);
-}
-
-/* copy_file_range/splice: offset pointer (updated past the copy) or f_pos. */
+/* copy_file_range/splice: the offset pointer (advanced past the copy by the
+ * kernel) ends the range, or f_pos when it is NULL. */
 static __always_inline void wrote_at_ptr(__s32 fd, __u64 off_ptr, long ret)
 {
-	__u64 end = 0;
+	__s64 end = -1;
 
-	if (ret <= 0)
+	if (off_ptr && bpf_probe_read_user(&end, sizeof(end), (void *)off_ptr))
 		return;
-	if (!off_ptr)
-		return wrote_at_fpos(fd, ret);
-	if (bpf_probe_read_user(&end, sizeof(end), (void *)off_ptr))
-		return;
-	stream_write(current_fd_file(fd), fd, end - ret, end);
+	wrote(fd, end < 0 ? -1 : end - ret, ret);
 }
 
-SEC("tracepoint/syscalls/sys_exit_write")
-int wb_exit_write(struct trace_event_raw_sys_exit *ctx)
+SEC("tp_btf/sys_exit")
+int BPF_PROG(wb_sys_exit, struct pt_regs *regs, long ret)
 {
-	wrote_at_fpos(BPF_CORE_READ(user_regs(), di), ctx->ret);
-	return 0;
-}
+	long nr = regs->orig_ax;
 
-SEC("tracepoint/syscalls/sys_exit_writev")
-int wb_exit_writev(struct trace_event_raw_sys_exit *ctx)
-{
-	wrote_at_fpos(BPF_CORE_READ(user_regs(), di), ctx->ret);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_pwrite64")
-int wb_exit_pwrite64(struct trace_event_raw_sys_exit *ctx)
-{
-	struct pt_regs *regs = user_regs();
-
-	wrote_at(BPF_CORE_READ(regs, di), BPF_CORE_READ(regs, r10), ctx->ret);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_pwritev")
-int wb_exit_pwritev(struct trace_event_raw_sys_exit *ctx)
-{
-	struct pt_regs *regs = user_regs();
-
-	wrote_at(BPF_CORE_READ(regs, di), BPF_CORE_READ(regs, r10), ctx->ret);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_pwritev2")
-int wb_exit_pwritev2(struct trace_event_raw_sys_exit *ctx)
-{
-	struct pt_regs *regs = user_regs();
-	__s32 fd = BPF_CORE_READ(regs, di);
-	__s64 pos = BPF_CORE_READ(regs, r10);
-
-	if (BPF_CORE_READ(regs, r9) & (RWF_DSYNC | RWF_SYNC | RWF_DONTCACHE))
+	if (ret <= 0 || nr > NR_pwritev2)
 		return 0;
-	if (pos == -1)
-		wrote_at_fpos(fd, ctx->ret);
-	else
-		wrote_at(fd, pos, ctx->ret);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_copy_file_range")
-int wb_exit_copy_file_range(struct trace_event_raw_sys_exit *ctx)
-{
-	struct pt_regs *regs = user_regs();
-
-	wrote_at_ptr(BPF_CORE_READ(regs, dx), BPF_CORE_READ(regs, r10), ctx->ret);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_splice")
-int wb_exit_splice(struct trace_event_raw_sys_exit *ctx)
-{
-	struct pt_regs *regs = user_regs();
-
-	wrote_at_ptr(BPF_CORE_READ(regs, dx), BPF_CORE_READ(regs, r10), ctx->ret);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_sendfile64")
-int wb_exit_sendfile64(struct trace_event_raw_sys_exit *ctx)
-{
-	wrote_at_fpos(BPF_CORE_READ(user_regs(), di), ctx->ret);
+	switch (nr) {
+	case NR_write:
+	case NR_writev:
+	case NR_sendfile:
+	case NR_pwrite64:
+	case NR_pwritev:
+	case NR_pwritev2:
+	case NR_copy_file_range:
+	case NR_splice:
+		break;
+	default:
+		return 0;
+	}
+	if (bpf_get_current_task_btf()->thread_info.status & TS_COMPAT)
+		return 0;	/* ia32 numbers mean other syscalls */
+	switch (nr) {
+	case NR_write:
+	case NR_writev:
+	case NR_sendfile:
+		wrote(regs->di, -1, ret);
+		break;
+	case NR_pwrite64:
+	case NR_pwritev:
+		wrote(regs->di, regs->r10, ret);
+		break;
+	case NR_pwritev2:
+		if (!(regs->r9 & (RWF_DSYNC | RWF_SYNC | RWF_DONTCACHE)))
+			wrote(regs->di, (__s64)regs->r10 < 0 ? -1 : (__s64)regs->r10, ret);
+		break;
+	case NR_copy_file_range:
+	case NR_splice:
+		wrote_at_ptr(regs->dx, regs->r10, ret);
+		break;
+	}
 	return 0;
 }
 

@@ -31,15 +31,7 @@ pub async fn run(
         tokio::select! {
             guard = events.readable_mut() => {
                 let mut guard = guard?;
-                let ring = guard.get_inner_mut();
-                while let Some(item) = ring.next() {
-                    let decoded = wb_event::decode(&item);
-                    drop(item);
-                    match decoded {
-                        Some((kind, ev)) => table.handle(kind, &ev),
-                        None => table.error(ErrorKind::BadEvent),
-                    }
-                }
+                drain(guard.get_inner_mut(), table);
                 guard.clear_ready();
             }
             _ = tick.tick() => {
@@ -50,7 +42,22 @@ pub async fn run(
                     drops_seen = drops;
                 }
             }
-            _ = &mut shutdown => return Ok(()),
+            _ = &mut shutdown => {
+                // What was emitted before the signal is still acted on.
+                drain(events.get_mut(), table);
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn drain(ring: &mut RingBuf<MapData>, table: &mut StreamTable) {
+    while let Some(item) = ring.next() {
+        let decoded = wb_event::decode(&item);
+        drop(item);
+        match decoded {
+            Some((kind, ev)) => table.handle(kind, &ev),
+            None => table.error(ErrorKind::BadEvent),
         }
     }
 }

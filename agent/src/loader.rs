@@ -17,16 +17,11 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 
-/// (program, syscall tracepoint) pairs of the tracepoint backend.
+/// (program, BTF tracepoint) pairs: writes at every syscall exit, process exit.
+const BTF_HOOKS: &[(&str, &str)] = &[("wb_sys_exit", "sys_exit"), ("wb_process_exit", "sched_process_exit")];
+
+/// (program, syscall tracepoint) pairs: closes, seen while the fd still names the file.
 const SYSCALL_HOOKS: &[(&str, &str)] = &[
-    ("wb_exit_write", "sys_exit_write"),
-    ("wb_exit_writev", "sys_exit_writev"),
-    ("wb_exit_pwrite64", "sys_exit_pwrite64"),
-    ("wb_exit_pwritev", "sys_exit_pwritev"),
-    ("wb_exit_pwritev2", "sys_exit_pwritev2"),
-    ("wb_exit_copy_file_range", "sys_exit_copy_file_range"),
-    ("wb_exit_splice", "sys_exit_splice"),
-    ("wb_exit_sendfile64", "sys_exit_sendfile64"),
     ("wb_enter_close", "sys_enter_close"),
     ("wb_enter_close_range", "sys_enter_close_range"),
     ("wb_enter_dup2", "sys_enter_dup2"),
@@ -76,10 +71,15 @@ impl Loaded {
             p.load().with_context(|| format!("loading {prog}"))?;
             p.attach("syscalls", tp).with_context(|| format!("attaching {prog} to syscalls/{tp}"))?;
         }
-        let exit: &mut BtfTracePoint =
-            me.ebpf.program_mut("wb_process_exit").context("BPF object lacks wb_process_exit")?.try_into()?;
-        exit.load("sched_process_exit", &btf).context("loading wb_process_exit")?;
-        exit.attach().context("attaching wb_process_exit to tp_btf/sched_process_exit")?;
+        for &(prog, tp) in BTF_HOOKS {
+            let p: &mut BtfTracePoint = me
+                .ebpf
+                .program_mut(prog)
+                .with_context(|| format!("BPF object lacks program {prog}"))?
+                .try_into()?;
+            p.load(tp, &btf).with_context(|| format!("loading {prog}"))?;
+            p.attach().with_context(|| format!("attaching {prog} to tp_btf/{tp}"))?;
+        }
         Ok(me)
     }
 

@@ -73,7 +73,7 @@ fn run() -> Result<()> {
         intake::run(&loaded, events, &mut table, shutdown).await
     })?;
 
-    table.clear();
+    table.shutdown();
     tracing::info!(
         events = Counters::get(&counters.events),
         streams = Counters::get(&counters.streams_started),

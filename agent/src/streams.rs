@@ -133,8 +133,9 @@ impl StreamTable {
         );
     }
 
-    /// Ends every stream (daemon shutdown); pending flushes still complete.
-    pub fn clear(&mut self) {
+    /// Ends every stream (daemon shutdown) after queued spans are submitted.
+    pub fn shutdown(&mut self) {
+        self.flushers.shutdown();
         for (key, s) in std::mem::take(&mut self.streams) {
             self.ended(key, s, 0, "daemon stopping");
         }
