@@ -1,0 +1,37 @@
+//! The daemon's life: it refuses to start without privileges, and once it
+//! exits nothing of it stays in the kernel.
+
+use std::process::Command;
+
+use anyhow::Result;
+use wb_tests::*;
+
+/// Names of loaded BPF programs (bpftool prog list), to look for ours.
+fn loaded_programs() -> Result<String> {
+    run(Command::new("bpftool").args(["prog", "list"]))
+}
+
+#[test]
+fn refuses_to_start_unprivileged() -> Result<()> {
+    require_root();
+    let out = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(bin_dir().join("writebehindd"))
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started without privileges");
+    assert!(stderr.contains("must run as root"), "unclear refusal: {stderr}");
+    Ok(())
+}
+
+#[test]
+fn leaves_nothing_attached_after_exit() -> Result<()> {
+    require_root();
+    let daemon = Daemon::start()?;
+    let attached = loaded_programs()?;
+    assert!(attached.contains("wb_sys_exit"), "programs not visible while running:\n{attached}");
+    daemon.stop()?;
+    let after = loaded_programs()?;
+    assert!(!after.contains("wb_sys_exit") && !after.contains("wb_enter_close"), "left behind:\n{after}");
+    Ok(())
+}
