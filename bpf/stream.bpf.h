@@ -34,9 +34,23 @@
 struct file_stream {
 	__u64 ino;
 	__u64 head;	/* everything before head was handed to writeback */
+	__u64 mark;	/* everything before mark was counted for the process */
 	__u64 pos;	/* end of the last sequential write */
 	__u32 tgid;
-	__u32 streaming;	/* at least one span was emitted */
+	__u32 _pad;
+};
+
+/*
+ * Per-process state (Linus, 2019: write-behind should be process state, so
+ * that tar x and cp -r stream too).  A process's sequential bytes are
+ * counted when one of its files crosses a window or is closed, never per
+ * write.  Until they exceed the burst allowance its data stays cache-only
+ * (Chinner: temp files and zero-then-overwrite must not be written twice);
+ * beyond it the process is streaming.  Quiet for quiet_ns, it starts over.
+ */
+struct proc_stream {
+	__u64 streamed;
+	__u64 last_ns;
 };
 
 struct {
@@ -45,6 +59,13 @@ struct {
 	__type(key, __u64);
 	__type(value, struct file_stream);
 } streams SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct proc_stream);
+} procs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -119,6 +140,34 @@ struct file_facts {
 	__u64 f_pos;
 };
 
+static __always_inline struct wb_config *wb_cfg(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&wb_config_map, &zero);
+}
+
+/* Counts `bytes` of sequential data for the current process; true once it
+ * has streamed past its burst allowance. */
+static __always_inline bool proc_streaming(struct wb_config *cfg, __u64 bytes)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 now = bpf_ktime_get_ns();
+	struct proc_stream *p = bpf_map_lookup_elem(&procs, &tgid);
+
+	if (!p) {
+		struct proc_stream fresh = { .streamed = bytes, .last_ns = now };
+
+		bpf_map_update_elem(&procs, &tgid, &fresh, BPF_ANY);
+		return bytes > cfg->burst;
+	}
+	if (now - p->last_ns > cfg->quiet_ns)
+		p->streamed = 0;
+	p->streamed += bytes;
+	p->last_ns = now;
+	return p->streamed > cfg->burst;
+}
+
 /*
  * Fills `facts` for files write-behind may act on.  Excluded (seeds 001, 004):
  * not a regular file, O_DIRECT, O_SYNC/O_DSYNC, POSIX_FADV_RANDOM (those
@@ -183,6 +232,17 @@ static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
 	e->tgid = bpf_get_current_pid_tgid() >> 32;
 	e->fd = fd;
 	e->st_dev = inode_stat_dev(inode);
+	e->generation = BPF_CORE_READ(inode, i_generation);
+	e->fs_magic = BPF_CORE_READ(inode, i_sb, s_magic);
+	e->sb_dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	e->_pad = 0;
+	e->fs_root = 0;
+	if (bpf_core_type_exists(struct btrfs_inode) && e->fs_magic == BTRFS_SUPER_MAGIC) {
+		struct btrfs_inode *bi = (void *)inode -
+			bpf_core_field_offset(struct btrfs_inode, vfs_inode);
+
+		e->fs_root = BPF_CORE_READ(bi, root, root_key.objectid);
+	}
 	e->ino = ino;
 	e->start = start;
 	e->end = end;
@@ -193,30 +253,25 @@ static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
 	bpf_ringbuf_submit(e, 0);
 }
 
-static __always_inline __u64 window_bytes(void)
-{
-	__u32 zero = 0;
-	struct wb_config *cfg = bpf_map_lookup_elem(&wb_config_map, &zero);
-
-	return cfg ? cfg->window : 0;
-}
-
 /*
  * A write of `len` bytes to file (through fd) completed, at `pos`, or for
  * writes at the file position (pos < 0) ending at f_pos.  Sequential writes
  * extend the stream; anything else restarts it at this write, so random
- * writers never accumulate a window and never cause a flush.
+ * writers never accumulate a window and never cause a flush.  Each window
+ * of sequential data is counted for the process; once the process streams,
+ * everything unflushed before the write position goes to the agent.
  */
 static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos, __u64 len)
 {
+	__u64 key = (__u64)file, start, end;
 	struct file_facts facts;
-	__u64 key = (__u64)file, window, start, end;
+	struct wb_config *cfg;
 	struct file_stream *s;
 
 	if (!file || !len || !file_eligible(file, &facts))
 		return;
-	window = window_bytes();
-	if (!window)
+	cfg = wb_cfg();
+	if (!cfg || !cfg->window)
 		return;
 	end = pos < 0 ? facts.f_pos : pos + len;
 	start = end - len;
@@ -226,6 +281,7 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 		struct file_stream fresh = {
 			.ino = facts.ino,
 			.head = start,
+			.mark = start,
 			.pos = end,
 			.tgid = bpf_get_current_pid_tgid() >> 32,
 		};
@@ -235,33 +291,48 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 		return;
 	}
 	if (start != s->pos) {
-		/* Not contiguous: the stream restarts here. */
-		s->head = start;
+		/* Not contiguous: the stream restarts here, and what was
+		 * written before it is left to the kernel. */
+		s->head = s->mark = start;
 		s->pos = end;
 		return;
 	}
 	s->pos = end;
-	if (end - s->head < window)
+	if (end - s->mark < cfg->window)
 		return;
+	if (!proc_streaming(cfg, end - s->mark)) {
+		s->mark = end;
+		return;
+	}
+	s->mark = end;
 	emit(WB_EV_SPAN, file, fd, facts.ino, s->head, end);
 	s->head = end;
-	s->streaming = 1;
 }
 
-/* fd is going away in the current process. */
+/* fd is going away in the current process: a streaming process's tail goes
+ * to writeback; a process within its burst leaves it to the kernel. */
 static __always_inline void stream_close(struct file *file, __s32 fd)
 {
 	__u64 key = (__u64)file;
 	struct file_stream *s;
+	struct wb_config *cfg;
 
 	if (!file)
 		return;
 	s = bpf_map_lookup_elem(&streams, &key);
 	if (!s)
 		return;
-	if (s->streaming && s->ino == BPF_CORE_READ(file, f_inode, i_ino))
+	cfg = wb_cfg();
+	if (cfg && s->pos > s->head && s->ino == BPF_CORE_READ(file, f_inode, i_ino) &&
+	    proc_streaming(cfg, s->pos - s->mark))
 		emit(WB_EV_CLOSE, file, fd, s->ino, s->head, s->pos);
 	bpf_map_delete_elem(&streams, &key);
+}
+
+/* The process is gone: forget its allowance. */
+static __always_inline void proc_exit(__u32 tgid)
+{
+	bpf_map_delete_elem(&procs, &tgid);
 }
 
 #endif /* STREAM_BPF_H */

@@ -189,7 +189,9 @@ int wb_enter_close_range(struct trace_event_raw_sys_enter *ctx)
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(wb_process_exit, struct task_struct *task, bool group_dead)
 {
-	if (group_dead)
+	if (group_dead) {
 		close_fd_range(task, 0, MAX_FD_WALK - 1);
+		proc_exit(task->tgid);
+	}
 	return 0;
 }

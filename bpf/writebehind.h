@@ -15,7 +15,9 @@
 enum wb_event_kind {
 	/* The unflushed sequential span of a file reached the window. */
 	WB_EV_SPAN = 1,
-	/* A file that had streamed was closed (close, dup2 over it, exit). */
+	/* A streaming process closed a file with unflushed data (close, dup2
+	 * over it, exit).  The fd is gone: the agent reaches the inode through
+	 * a file handle built from ino, generation and (btrfs) root. */
 	WB_EV_CLOSE = 2,
 };
 
@@ -30,6 +32,12 @@ struct wb_event {
 	__s32 fd;        /* its descriptor at the time of the event */
 	__u32 st_dev;    /* the device stat(2) reports for the file */
 	__u64 ino;       /* inode number: with st_dev, checked before acting */
+	__u32 generation; /* i_generation: a handle to a reused inode goes stale */
+	__u32 fs_magic;  /* s_magic, to know how its file handles are laid out */
+	__u64 fs_root;   /* btrfs: the subvolume's root objectid; else 0 */
+	__u32 sb_dev;    /* the superblock's s_dev, as /proc/self/mountinfo lists it
+	                  * (differs from st_dev on btrfs subvolumes) */
+	__u32 _pad;
 	__u64 start;
 	__u64 end;
 	__u64 ts_ns;     /* bpf_ktime_get_ns() when emitted */
@@ -40,6 +48,8 @@ struct wb_event {
 /* Tunables the agent writes into the single-entry `wb_config_map` array map. */
 struct wb_config {
 	__u64 window;    /* bytes of unflushed sequential data that trigger a span */
+	__u64 burst;     /* a process's data stays cache-only until it streamed more */
+	__u64 quiet_ns;  /* a process idle this long gets its burst allowance back */
 };
 
 /* Indices of the per-CPU `stats` array map (summed by the agent). */

@@ -16,18 +16,21 @@ pub enum ErrorKind {
     Permission,
     /// sync_file_range failed (EIO, device gone, ...).
     SyncFailed,
+    /// A closed file on a filesystem the agent cannot reach by handle.
+    NoHandle,
     /// A record from the ring buffer that does not decode.
     BadEvent,
     Other,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 7] = [
+    pub const ALL: [ErrorKind; 8] = [
         Self::ProcessGone,
         Self::FileGone,
         Self::IdentityMismatch,
         Self::Permission,
         Self::SyncFailed,
+        Self::NoHandle,
         Self::BadEvent,
         Self::Other,
     ];
@@ -39,6 +42,7 @@ impl ErrorKind {
             Self::IdentityMismatch => "identity_mismatch",
             Self::Permission => "permission",
             Self::SyncFailed => "sync_failed",
+            Self::NoHandle => "no_handle",
             Self::BadEvent => "bad_event",
             Self::Other => "other",
         }
@@ -51,6 +55,8 @@ pub struct Counters {
     pub streams_started: AtomicU64,
     pub spans_flushed: AtomicU64,
     pub bytes_flushed: AtomicU64,
+    /// Files flushed after their writer closed them (reached by handle).
+    pub closed_files_flushed: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
 }
 

@@ -16,20 +16,36 @@ use std::{
     thread::{self, JoinHandle},
 };
 
-use crate::counters::{Counters, ErrorKind};
+use crate::{
+    counters::{Counters, ErrorKind},
+    handles::{ClosedFile, Handles},
+};
 
-/// Start writeback of [start, end) of `file`; then, like Linus's loop, wait
-/// for the span one window behind (`wait_behind`) to finish writeback, which
+/// The file a flush acts on.
+pub enum Target {
+    /// A stream's file, held open (read-only) by the agent.
+    Held(Arc<OwnedFd>),
+    /// A file its writer already closed: opened by handle when flushed.
+    Closed(ClosedFile),
+}
+
+/// Start writeback of [start, end) of a file; for held streams, then wait
+/// like Linus's loop for the span one window behind (`wait_behind`), which
 /// bounds what one stream keeps in flight without making the writer wait.
 pub struct Flush {
-    pub file: Arc<OwnedFd>,
+    pub target: Target,
     pub start: u64,
     pub end: u64,
     pub wait_behind: Option<(u64, u64)>,
 }
 
+/// Flushes submitted back to back, in order: a batch of closed files is
+/// written in the order it was written, so delayed allocation lays it out
+/// contiguously.
+pub type Batch = Vec<Flush>;
+
 pub struct Flushers {
-    devices: HashMap<String, (mpsc::Sender<Flush>, JoinHandle<()>)>,
+    devices: HashMap<String, (mpsc::Sender<Batch>, JoinHandle<()>)>,
     counters: Arc<Counters>,
     /// Set at shutdown: submit what is queued, skip the waits.
     stopping: Arc<AtomicBool>,
@@ -40,7 +56,7 @@ impl Flushers {
         Self { devices: HashMap::new(), counters, stopping: Arc::new(AtomicBool::new(false)) }
     }
 
-    pub fn submit(&mut self, bdi: &str, job: Flush) {
+    pub fn submit(&mut self, bdi: &str, batch: Batch) {
         let (tx, _) = self.devices.entry(bdi.to_owned()).or_insert_with(|| {
             let (tx, rx) = mpsc::channel();
             let (counters, stopping) = (self.counters.clone(), self.stopping.clone());
@@ -51,7 +67,7 @@ impl Flushers {
             (tx, handle)
         });
         // The thread only ends when its sender is dropped, so send cannot fail.
-        let _ = tx.send(job);
+        let _ = tx.send(batch);
     }
 
     /// Hands every queued span to writeback (without waiting for any) and
@@ -65,24 +81,40 @@ impl Flushers {
     }
 }
 
-fn run(rx: mpsc::Receiver<Flush>, counters: Arc<Counters>, stopping: Arc<AtomicBool>) {
-    for job in rx {
-        let fd = job.file.as_raw_fd();
-        match crate::sys::sync_file_range(fd, job.start, job.end, libc::SYNC_FILE_RANGE_WRITE) {
-            Ok(()) => {
-                counters.add(&counters.spans_flushed, 1);
-                counters.add(&counters.bytes_flushed, job.end - job.start);
-            }
-            Err(e) => {
-                counters.error(ErrorKind::SyncFailed);
-                tracing::debug!(error = %e, "sync_file_range(WRITE) failed");
-                continue;
-            }
+fn run(rx: mpsc::Receiver<Batch>, counters: Arc<Counters>, stopping: Arc<AtomicBool>) {
+    let mut handles = Handles::default();
+    for batch in rx {
+        for job in batch {
+            flush(job, &mut handles, &counters, &stopping);
         }
-        if let Some((start, end)) = job.wait_behind.filter(|_| !stopping.load(Ordering::Relaxed)) {
-            // WAIT_BEFORE only: waits for writeback already under way, never
-            // starts WB_SYNC_ALL writeback (which hurt interactivity in 2012).
-            let _ = crate::sys::sync_file_range(fd, start, end, libc::SYNC_FILE_RANGE_WAIT_BEFORE);
-        }
+    }
+}
+
+fn flush(job: Flush, handles: &mut Handles, counters: &Counters, stopping: &AtomicBool) {
+    let opened;
+    let fd = match &job.target {
+        Target::Held(file) => file.as_raw_fd(),
+        Target::Closed(closed) => match handles.open(closed) {
+            Ok(file) => {
+                opened = file;
+                opened.as_raw_fd()
+            }
+            Err(kind) => return counters.error(kind),
+        },
+    };
+    if let Err(e) = crate::sys::sync_file_range(fd, job.start, job.end, libc::SYNC_FILE_RANGE_WRITE) {
+        counters.error(ErrorKind::SyncFailed);
+        tracing::debug!(error = %e, "sync_file_range(WRITE) failed");
+        return;
+    }
+    counters.add(&counters.spans_flushed, 1);
+    counters.add(&counters.bytes_flushed, job.end - job.start);
+    if matches!(job.target, Target::Closed(_)) {
+        counters.add(&counters.closed_files_flushed, 1);
+    }
+    if let Some((start, end)) = job.wait_behind.filter(|_| !stopping.load(Ordering::Relaxed)) {
+        // WAIT_BEFORE only: waits for writeback already under way, never
+        // starts WB_SYNC_ALL writeback (which hurt interactivity in 2012).
+        let _ = crate::sys::sync_file_range(fd, start, end, libc::SYNC_FILE_RANGE_WAIT_BEFORE);
     }
 }

@@ -25,6 +25,7 @@ pub async fn run(
     // (both live in this function's AsyncFd).
     let mut events = unsafe { AsyncFd::register(events) }.map_err(|e| e.into_parts().1)?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut batch_tick = tokio::time::interval(crate::streams::BATCH_AGE);
     let mut drops_seen = 0;
     tokio::pin!(shutdown);
     loop {
@@ -34,6 +35,7 @@ pub async fn run(
                 drain(guard.get_inner_mut(), table);
                 guard.clear_ready();
             }
+            _ = batch_tick.tick() => table.tick(),
             _ = tick.tick() => {
                 table.reap_exited();
                 let drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS);

@@ -3,11 +3,13 @@
 //!
 //! Modules by responsibility: `loader` (load and attach BPF), `intake` (ring
 //! buffer), `streams` (stream table), `flusher` (per-device submitters),
-//! `policy`, `counters`, `sys` (syscall wrappers), `abi` (generated).
+//! `handles` (closed files by file handle), `policy`, `counters`, `sys`
+//! (syscall wrappers), `abi` (generated).
 
 pub mod abi;
 pub mod counters;
 pub mod flusher;
+pub mod handles;
 pub mod intake;
 pub mod loader;
 pub mod policy;

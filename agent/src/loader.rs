@@ -52,7 +52,7 @@ pub fn check_environment() -> Result<()> {
 }
 
 impl Loaded {
-    pub fn load_and_attach(window: u64) -> Result<Self> {
+    pub fn load_and_attach(cfg: wb_config) -> Result<Self> {
         let tracefs = TracefsMount::ensure()?;
         let btf = Btf::from_sys_fs().context("reading kernel BTF from /sys/kernel/btf/vmlinux")?;
         let ebpf = EbpfLoader::new()
@@ -60,7 +60,7 @@ impl Loaded {
             .load(BPF_OBJECT)
             .context("loading the BPF object into the kernel")?;
         let mut me = Self { ebpf, _tracefs: tracefs };
-        me.set_window(window)?;
+        me.set_config(cfg)?;
 
         for &(prog, tp) in SYSCALL_HOOKS {
             let p: &mut TracePoint = me
@@ -83,11 +83,11 @@ impl Loaded {
         Ok(me)
     }
 
-    /// The in-kernel trigger: bytes of unflushed sequential data per span.
-    pub fn set_window(&mut self, window: u64) -> Result<()> {
-        let mut cfg: Array<_, wb_config> =
+    /// The in-kernel trigger: window, burst allowance, quiet time.
+    pub fn set_config(&mut self, cfg: wb_config) -> Result<()> {
+        let mut map: Array<_, wb_config> =
             Array::try_from(self.ebpf.map_mut("wb_config_map").context("no wb_config_map")?)?;
-        cfg.set(0, wb_config { window }, 0).context("writing wb_config_map")?;
+        map.set(0, cfg, 0).context("writing wb_config_map")?;
         Ok(())
     }
 

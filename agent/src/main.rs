@@ -54,12 +54,15 @@ fn main() -> ExitCode {
 fn run() -> Result<()> {
     loader::check_environment()?;
     let policy = Policy::embedded_default();
-    let mut loaded = Loaded::load_and_attach(policy.window.0)?;
+    let mut loaded = Loaded::load_and_attach(policy.bpf_config())?;
     let events = loaded.take_events()?;
-    tracing::info!(window = policy.window.0, backend = "tracepoint", "attached; watching for streaming writers");
+    tracing::info!(
+        window = policy.window.0, burst = policy.burst.0, backend = "tracepoint",
+        "attached; watching for streaming writers"
+    );
 
     let counters = Arc::new(Counters::default());
-    let mut table = StreamTable::new(counters.clone());
+    let mut table = StreamTable::new(counters.clone(), policy.window.0);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         let mut term = signal(SignalKind::terminate())?;
@@ -79,6 +82,7 @@ fn run() -> Result<()> {
         streams = Counters::get(&counters.streams_started),
         spans_flushed = Counters::get(&counters.spans_flushed),
         bytes_flushed = Counters::get(&counters.bytes_flushed),
+        closed_files_flushed = Counters::get(&counters.closed_files_flushed),
         rb_drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS),
         errors = ?counters.errors().into_iter().filter(|e| e.1 > 0).collect::<Vec<_>>(),
         "stopping"

@@ -12,6 +12,10 @@ pub const DEFAULT_POLICY: &str = include_str!("../../policies/default.toml");
 pub struct Policy {
     /// Unflushed sequential bytes per stream that trigger writeback.
     pub window: Size,
+    /// Bytes a process may write before it counts as streaming.
+    pub burst: Size,
+    /// Idle time after which a process gets its burst allowance back.
+    pub quiet: Duration,
 }
 
 impl Policy {
@@ -23,8 +27,42 @@ impl Policy {
         Ok(p)
     }
 
+    /// What the BPF programs need of it.
+    pub fn bpf_config(&self) -> crate::abi::wb_config {
+        crate::abi::wb_config {
+            window: self.window.0,
+            burst: self.burst.0,
+            quiet_ns: self.quiet.0.as_nanos() as u64,
+        }
+    }
+
     pub fn embedded_default() -> Self {
         Self::parse(DEFAULT_POLICY).context("embedded default policy").expect("policies/default.toml is valid")
+    }
+}
+
+/// A duration written as "500ms" or "5s".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Duration(pub std::time::Duration);
+
+impl Duration {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (num, unit) = s.split_at(split);
+        let n: u64 = num.parse().map_err(|_| format!("expected a duration like \"500ms\" or \"5s\", got {s:?}"))?;
+        match unit {
+            "ms" => Ok(Duration(std::time::Duration::from_millis(n))),
+            "s" => Ok(Duration(std::time::Duration::from_secs(n))),
+            other => Err(format!("unknown duration unit {other:?} (use ms or s)")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Duration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Duration::parse(&s).map_err(serde::de::Error::custom)
     }
 }
 
@@ -81,15 +119,30 @@ mod tests {
     }
 
     #[test]
-    fn embedded_default_is_16mib() {
-        assert_eq!(Policy::embedded_default().window, Size(16 << 20));
+    fn embedded_default() {
+        let p = Policy::embedded_default();
+        assert_eq!(p.window, Size(16 << 20));
+        assert_eq!(p.burst, Size(64 << 20));
+        assert_eq!(p.quiet, Duration(std::time::Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(Duration::parse("500ms").unwrap().0.as_millis(), 500);
+        assert_eq!(Duration::parse("2s").unwrap().0.as_secs(), 2);
+        assert!(Duration::parse("2").is_err());
+        assert!(Duration::parse("-1s").is_err());
+        assert!(Duration::parse("1h").is_err());
     }
 
     #[test]
     fn rejects_unknown_keys_and_bad_values() {
-        assert!(Policy::parse("window = \"16MiB\"\nwindw = 1").is_err());
-        assert!(Policy::parse("window = -5").is_err());
-        assert!(Policy::parse("window = \"1KiB\"").is_err());
+        let ok = "window = \"16MiB\"\nburst = \"64MiB\"\nquiet = \"5s\"\n";
+        assert!(Policy::parse(ok).is_ok());
+        assert!(Policy::parse(&format!("{ok}windw = 1")).is_err());
+        assert!(Policy::parse(&ok.replace("\"16MiB\"", "-5")).is_err());
+        assert!(Policy::parse(&ok.replace("\"16MiB\"", "\"1KiB\"")).is_err());
+        assert!(Policy::parse(&ok.replace("\"5s\"", "5")).is_err());
         assert!(Policy::parse("").is_err());
     }
 }

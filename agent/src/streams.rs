@@ -6,15 +6,23 @@ use std::{
     collections::HashMap,
     os::fd::OwnedFd,
     sync::Arc,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use crate::{
     abi::{EventKind, wb_event},
     counters::{Counters, ErrorKind},
-    flusher::{Flush, Flushers},
+    flusher::{Batch, Flush, Flushers, Target},
+    handles::ClosedFile,
     sys::{self, FileId},
 };
+
+/// A batch of closed files goes out when it holds a window's worth of data,
+/// this many files, or has waited BATCH_AGE.
+const BATCH_FILES: usize = 1024;
+pub const BATCH_AGE: Duration = Duration::from_millis(100);
+/// A multi-file writer with no closed file for this long is reported ended.
+const WRITER_IDLE: Duration = Duration::from_secs(5);
 
 /// A stream is one process writing one file through one descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,15 +44,41 @@ struct Stream {
     last_span: Option<(u64, u64)>,
 }
 
+/// Closed files waiting to be submitted together, per device.
+struct Pending {
+    batch: Batch,
+    bytes: u64,
+    since: Instant,
+}
+
+/// A process whose closed files are being flushed (tar x, cp -r, rsync).
+struct Writer {
+    comm: String,
+    files: u64,
+    bytes: u64,
+    started: Instant,
+    last: Instant,
+}
+
 pub struct StreamTable {
     streams: HashMap<StreamKey, Stream>,
+    pending: HashMap<String, Pending>,
+    writers: HashMap<u32, Writer>,
     flushers: Flushers,
     counters: Arc<Counters>,
+    window: u64,
 }
 
 impl StreamTable {
-    pub fn new(counters: Arc<Counters>) -> Self {
-        Self { streams: HashMap::new(), flushers: Flushers::new(counters.clone()), counters }
+    pub fn new(counters: Arc<Counters>, window: u64) -> Self {
+        Self {
+            streams: HashMap::new(),
+            pending: HashMap::new(),
+            writers: HashMap::new(),
+            flushers: Flushers::new(counters.clone()),
+            counters,
+            window,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -100,17 +134,65 @@ impl StreamTable {
         s.bytes += ev.end - ev.start;
         s.spans += 1;
         let wait_behind = s.last_span.replace((ev.start, ev.end));
-        let job = Flush { file: s.file.clone(), start: ev.start, end: ev.end, wait_behind };
-        self.flushers.submit(&s.bdi, job);
+        let job = Flush { target: Target::Held(s.file.clone()), start: ev.start, end: ev.end, wait_behind };
+        self.flushers.submit(&s.bdi, vec![job]);
     }
 
-    /// The writer closed the file: hand its tail to writeback and let go of it.
+    /// The writer closed the file: hand its tail to writeback.  A stream's
+    /// file is held; any other file is reached by handle, in a batch.
     fn close(&mut self, key: StreamKey, ev: &wb_event) {
-        let Some(s) = self.streams.remove(&key) else { return };
         let tail = ev.end - ev.start;
-        let job = Flush { file: s.file.clone(), start: ev.start, end: ev.end, wait_behind: None };
-        self.flushers.submit(&s.bdi, job);
-        self.ended(key, s, tail, "closed");
+        if let Some(s) = self.streams.remove(&key) {
+            let job = Flush { target: Target::Held(s.file.clone()), start: ev.start, end: ev.end, wait_behind: None };
+            self.flushers.submit(&s.bdi, vec![job]);
+            self.ended(key, s, tail, "closed");
+            return;
+        }
+        let now = Instant::now();
+        let w = self.writers.entry(key.tgid).or_insert_with(|| {
+            tracing::info!(pid = key.tgid, comm = %ev.comm(), bdi = %ev.bdi(), "multi-file writer started");
+            Writer { comm: ev.comm(), files: 0, bytes: 0, started: now, last: now }
+        });
+        w.files += 1;
+        w.bytes += tail;
+        w.last = now;
+        let closed = ClosedFile {
+            sb_dev: crate::abi::kernel_dev_to_user(ev.sb_dev),
+            st_dev: key.file.dev,
+            ino: key.file.ino,
+            generation: ev.generation,
+            fs_root: ev.fs_root,
+        };
+        let job = Flush { target: Target::Closed(closed), start: ev.start, end: ev.end, wait_behind: None };
+        let bdi = ev.bdi();
+        let p = self.pending.entry(bdi.clone()).or_insert_with(|| Pending { batch: Vec::new(), bytes: 0, since: now });
+        p.batch.push(job);
+        p.bytes += tail;
+        if p.bytes >= self.window || p.batch.len() >= BATCH_FILES {
+            let p = self.pending.remove(&bdi).expect("just used");
+            self.flushers.submit(&bdi, p.batch);
+        }
+    }
+
+    /// Submits batches that waited long enough; reports idle writers.
+    pub fn tick(&mut self) {
+        let now = Instant::now();
+        let due: Vec<String> =
+            self.pending.iter().filter(|(_, p)| now - p.since >= BATCH_AGE).map(|(b, _)| b.clone()).collect();
+        for bdi in due {
+            let p = self.pending.remove(&bdi).expect("listed above");
+            self.flushers.submit(&bdi, p.batch);
+        }
+        self.writers.retain(|pid, w| {
+            let idle = now - w.last >= WRITER_IDLE;
+            if idle {
+                tracing::info!(
+                    pid, comm = %w.comm, files = w.files, bytes = w.bytes,
+                    secs = format!("{:.1}", (w.last - w.started).as_secs_f64()), "multi-file writer ended"
+                );
+            }
+            !idle
+        });
     }
 
     /// Drops streams whose writer exited without the agent seeing a close
@@ -135,6 +217,9 @@ impl StreamTable {
 
     /// Ends every stream (daemon shutdown) after queued spans are submitted.
     pub fn shutdown(&mut self) {
+        for (bdi, p) in std::mem::take(&mut self.pending) {
+            self.flushers.submit(&bdi, p.batch);
+        }
         self.flushers.shutdown();
         for (key, s) in std::mem::take(&mut self.streams) {
             self.ended(key, s, 0, "daemon stopping");

@@ -1,0 +1,235 @@
+//! Reaching a file after its writer closed it.
+//!
+//! tar and cp close small files long before the agent reads the event, so
+//! the writer's fd is gone.  BPF reports what names the inode for good —
+//! inode number, i_generation and (btrfs) the subvolume root — and the agent
+//! opens it with open_by_handle_at(2).  Why handles rather than fanotify
+//! FAN_CLOSE_WRITE: they reach exactly the inode the writer wrote (a reused
+//! inode has a new generation, so its old handle is stale: ESTALE), they
+//! cost nothing for other processes' closes, and they work at process exit.
+//!
+//! How a filesystem lays out its handles is not guessed: for each mount the
+//! agent asks name_to_handle_at(2) for the handle of the mount's root, and
+//! uses a layout only if it decodes that handle back to the root's inode.
+
+use std::{
+    collections::HashMap,
+    ffi::CString,
+    io,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+};
+
+use crate::{counters::ErrorKind, sys};
+
+/// What BPF read at close: enough to build the file's handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClosedFile {
+    /// The filesystem's device as mountinfo lists it: finds the mount.
+    pub sb_dev: u64,
+    /// The device stat(2) reports: checked after opening.
+    pub st_dev: u64,
+    pub ino: u64,
+    pub generation: u32,
+    pub fs_root: u64,
+}
+
+/// Handle layouts of the filesystems writebehindd knows (include/linux/exportfs.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// FILEID_INO32_GEN (1): u32 ino, u32 generation — ext2/3/4, xfs inode32.
+    Ino32Gen,
+    /// XFS with 64-bit inode numbers (0x81): u64 ino, u32 generation.
+    XfsIno64Gen,
+    /// FILEID_BTRFS_WITHOUT_PARENT (0x4d): u64 objectid, u64 root, u32 generation.
+    Btrfs,
+}
+
+impl Layout {
+    fn of_type(handle_type: i32) -> Option<Self> {
+        match handle_type {
+            1 => Some(Self::Ino32Gen),
+            0x81 => Some(Self::XfsIno64Gen),
+            0x4d => Some(Self::Btrfs),
+            _ => None,
+        }
+    }
+
+    fn handle_type(self) -> i32 {
+        match self {
+            Self::Ino32Gen => 1,
+            Self::XfsIno64Gen => 0x81,
+            Self::Btrfs => 0x4d,
+        }
+    }
+
+    fn encode(self, f: &ClosedFile) -> Option<Vec<u8>> {
+        let mut b = Vec::with_capacity(20);
+        match self {
+            Self::Ino32Gen => b.extend_from_slice(&u32::try_from(f.ino).ok()?.to_ne_bytes()),
+            Self::XfsIno64Gen => b.extend_from_slice(&f.ino.to_ne_bytes()),
+            Self::Btrfs => {
+                b.extend_from_slice(&f.ino.to_ne_bytes());
+                b.extend_from_slice(&f.fs_root.to_ne_bytes());
+            }
+        }
+        b.extend_from_slice(&f.generation.to_ne_bytes());
+        Some(b)
+    }
+
+    /// The inode number in a handle of this layout, if the bytes fit it.
+    fn decode_ino(self, bytes: &[u8]) -> Option<u64> {
+        let (len, ino) = match self {
+            Self::Ino32Gen => (8, u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?) as u64),
+            Self::XfsIno64Gen => (12, u64::from_ne_bytes(bytes.get(..8)?.try_into().ok()?)),
+            Self::Btrfs => (20, u64::from_ne_bytes(bytes.get(..8)?.try_into().ok()?)),
+        };
+        (bytes.len() == len).then_some(ino)
+    }
+}
+
+struct Mount {
+    root: OwnedFd,
+    layout: Layout,
+}
+
+/// Mounts by superblock device, learned on first use; None when a filesystem cannot be
+/// reached by handle (not mounted here, unknown layout): remembered, logged once.
+#[derive(Default)]
+pub struct Handles {
+    mounts: HashMap<u64, Option<Mount>>,
+}
+
+const MAX_HANDLE_SZ: usize = 128;
+
+#[repr(C)]
+struct FileHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; MAX_HANDLE_SZ],
+}
+
+impl Handles {
+    /// Opens the closed file read-only, if it is still the inode BPF saw.
+    pub fn open(&mut self, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
+        let mount = self.mounts.entry(f.sb_dev).or_insert_with(|| learn(f.sb_dev));
+        let Some(mount) = mount else { return Err(ErrorKind::NoHandle) };
+        let bytes = mount.layout.encode(f).ok_or(ErrorKind::NoHandle)?;
+        let mut h = FileHandle { handle_bytes: bytes.len() as u32, handle_type: mount.layout.handle_type(), f_handle: [0; MAX_HANDLE_SZ] };
+        h.f_handle[..bytes.len()].copy_from_slice(&bytes);
+        let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
+        let fd = unsafe {
+            libc::syscall(libc::SYS_open_by_handle_at, mount.root.as_raw_fd(), &mut h as *mut FileHandle, flags)
+        };
+        if fd < 0 {
+            return Err(match io::Error::last_os_error().raw_os_error() {
+                Some(libc::ESTALE) | Some(libc::ENOENT) => ErrorKind::FileGone,
+                Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
+                _ => ErrorKind::Other,
+            });
+        }
+        let file = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let st = sys::fstat(file.as_raw_fd()).map_err(|_| ErrorKind::Other)?;
+        if st.st_ino != f.ino || st.st_dev != f.st_dev || (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
+            return Err(ErrorKind::IdentityMismatch);
+        }
+        Ok(file)
+    }
+}
+
+/// Finds where sb_dev is mounted and which handle layout its filesystem uses.
+fn learn(sb_dev: u64) -> Option<Mount> {
+    let (major, minor) = (libc::major(sb_dev), libc::minor(sb_dev));
+    let Some(path) = mount_point(&format!("{major}:{minor}")) else {
+        tracing::warn!(dev = %format!("{major}:{minor}"), "filesystem not mounted in the daemon's namespace: closed files there are left to the kernel");
+        return None;
+    };
+    let cpath = CString::new(path.clone()).ok()?;
+    let raw = unsafe { libc::open(cpath.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if raw < 0 {
+        tracing::warn!(mount = %path, error = %io::Error::last_os_error(), "cannot open mount root: closed files there are left to the kernel");
+        return None;
+    }
+    let root = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut h = FileHandle { handle_bytes: MAX_HANDLE_SZ as u32, handle_type: 0, f_handle: [0; MAX_HANDLE_SZ] };
+    let mut mount_id = 0;
+    let empty = CString::new("").unwrap();
+    let r = unsafe {
+        libc::syscall(libc::SYS_name_to_handle_at, root.as_raw_fd(), empty.as_ptr(), &mut h as *mut FileHandle, &mut mount_id, libc::AT_EMPTY_PATH)
+    };
+    let root_ino = sys::fstat(root.as_raw_fd()).ok()?.st_ino;
+    let layout = (r == 0)
+        .then(|| Layout::of_type(h.handle_type))
+        .flatten()
+        .filter(|l| l.decode_ino(&h.f_handle[..h.handle_bytes as usize]) == Some(root_ino));
+    match layout {
+        Some(layout) => {
+            tracing::info!(mount = %path, ?layout, "closed files on this filesystem are reached by file handle");
+            Some(Mount { root, layout })
+        }
+        None => {
+            tracing::warn!(mount = %path, handle_type = h.handle_type, "unknown file handle layout: closed files there are left to the kernel");
+            None
+        }
+    }
+}
+
+/// The mount point of the filesystem with device "major:minor", from
+/// /proc/self/mountinfo (field 3 is the device, field 5 the mount point).
+fn mount_point(dev: &str) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|line| {
+        let mut f = line.split(' ');
+        let (_, _, d, root, mnt) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+        (d == dev && root == "/").then(|| unescape(mnt))
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as \ooo.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_round_trip() {
+        let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: 4242, generation: 7, fs_root: 5 };
+        for l in [Layout::Ino32Gen, Layout::XfsIno64Gen, Layout::Btrfs] {
+            let b = l.encode(&f).unwrap();
+            assert_eq!(l.decode_ino(&b), Some(4242), "{l:?}");
+            assert_eq!(Layout::of_type(l.handle_type()), Some(l));
+        }
+        // A 64-bit inode number has no 32-bit handle.
+        assert!(Layout::Ino32Gen.encode(&ClosedFile { ino: 1 << 40, ..f }).is_none());
+    }
+
+    #[test]
+    fn mountinfo_unescapes() {
+        assert_eq!(unescape(r"/mnt/with\040space"), "/mnt/with space");
+        assert_eq!(unescape(r"/plain"), "/plain");
+        assert_eq!(unescape(r"/end\04"), r"/end\04");
+    }
+
+    #[test]
+    fn finds_the_root_mount() {
+        // Whatever / is mounted from, mountinfo names it.
+        let st = std::fs::metadata("/").unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let dev = format!("{}:{}", libc::major(st.dev()), libc::minor(st.dev()));
+        assert_eq!(mount_point(&dev).as_deref(), Some("/"));
+    }
+}
