@@ -20,7 +20,7 @@ fn measured(fs: &Mounted, src: &Path, write: impl Fn(&Path, &Path) -> Result<()>
     let dst = fs.path("stream");
     let _ = std::fs::remove_file(&dst);
     sh("sync")?;
-    let sampler = Sampler::start(&fs.device.bdi()?)?;
+    let sampler = Sampler::start(&fs.bdi()?)?;
     write(src, &dst)?;
     let peak = sampler.finish();
     sh("sync")?;

@@ -87,6 +87,7 @@ fn run(rx: mpsc::Receiver<Batch>, counters: Arc<Counters>, stopping: Arc<AtomicB
         for job in batch {
             flush(job, &mut handles, &counters, &stopping);
         }
+        handles.release();
     }
 }
 

@@ -88,8 +88,11 @@ impl Layout {
 }
 
 struct Mount {
-    root: OwnedFd,
+    path: String,
     layout: Layout,
+    /// Open only while a batch is being flushed: an fd held on a filesystem
+    /// makes umount fail with EBUSY.
+    root: Option<OwnedFd>,
 }
 
 /// Mounts by superblock device, learned on first use; None when a filesystem cannot be
@@ -113,12 +116,16 @@ impl Handles {
     pub fn open(&mut self, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
         let mount = self.mounts.entry(f.sb_dev).or_insert_with(|| learn(f.sb_dev));
         let Some(mount) = mount else { return Err(ErrorKind::NoHandle) };
+        if mount.root.is_none() {
+            mount.root = Some(open_dir(&mount.path).map_err(|_| ErrorKind::NoHandle)?);
+        }
+        let root = mount.root.as_ref().expect("opened above");
         let bytes = mount.layout.encode(f).ok_or(ErrorKind::NoHandle)?;
         let mut h = FileHandle { handle_bytes: bytes.len() as u32, handle_type: mount.layout.handle_type(), f_handle: [0; MAX_HANDLE_SZ] };
         h.f_handle[..bytes.len()].copy_from_slice(&bytes);
         let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
         let fd = unsafe {
-            libc::syscall(libc::SYS_open_by_handle_at, mount.root.as_raw_fd(), &mut h as *mut FileHandle, flags)
+            libc::syscall(libc::SYS_open_by_handle_at, root.as_raw_fd(), &mut h as *mut FileHandle, flags)
         };
         if fd < 0 {
             return Err(match io::Error::last_os_error().raw_os_error() {
@@ -134,6 +141,22 @@ impl Handles {
         }
         Ok(file)
     }
+
+    /// Closes the mount roots opened for a batch.
+    pub fn release(&mut self) {
+        for m in self.mounts.values_mut().flatten() {
+            m.root = None;
+        }
+    }
+}
+
+fn open_dir(path: &str) -> io::Result<OwnedFd> {
+    let cpath = CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let raw = unsafe { libc::open(cpath.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// Finds where sb_dev is mounted and which handle layout its filesystem uses.
@@ -143,13 +166,13 @@ fn learn(sb_dev: u64) -> Option<Mount> {
         tracing::warn!(dev = %format!("{major}:{minor}"), "filesystem not mounted in the daemon's namespace: closed files there are left to the kernel");
         return None;
     };
-    let cpath = CString::new(path.clone()).ok()?;
-    let raw = unsafe { libc::open(cpath.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-    if raw < 0 {
-        tracing::warn!(mount = %path, error = %io::Error::last_os_error(), "cannot open mount root: closed files there are left to the kernel");
-        return None;
-    }
-    let root = unsafe { OwnedFd::from_raw_fd(raw) };
+    let root = match open_dir(&path) {
+        Ok(root) => root,
+        Err(e) => {
+            tracing::warn!(mount = %path, error = %e, "cannot open mount root: closed files there are left to the kernel");
+            return None;
+        }
+    };
     let mut h = FileHandle { handle_bytes: MAX_HANDLE_SZ as u32, handle_type: 0, f_handle: [0; MAX_HANDLE_SZ] };
     let mut mount_id = 0;
     let empty = CString::new("").unwrap();
@@ -164,7 +187,7 @@ fn learn(sb_dev: u64) -> Option<Mount> {
     match layout {
         Some(layout) => {
             tracing::info!(mount = %path, ?layout, "closed files on this filesystem are reached by file handle");
-            Some(Mount { root, layout })
+            Some(Mount { path, layout, root: None })
         }
         None => {
             tracing::warn!(mount = %path, handle_type = h.handle_type, "unknown file handle layout: closed files there are left to the kernel");

@@ -69,6 +69,17 @@ pub struct StreamTable {
     window: u64,
 }
 
+/// What names the event's inode for good, to open it by handle.
+fn closed_file(key: StreamKey, ev: &wb_event) -> ClosedFile {
+    ClosedFile {
+        sb_dev: crate::abi::kernel_dev_to_user(ev.sb_dev),
+        st_dev: key.file.dev,
+        ino: key.file.ino,
+        generation: ev.generation,
+        fs_root: ev.fs_root,
+    }
+}
+
 impl StreamTable {
     pub fn new(counters: Arc<Counters>, window: u64) -> Self {
         Self {
@@ -123,6 +134,13 @@ impl StreamTable {
                     self.counters.add(&self.counters.streams_started, 1);
                     self.streams.insert(key, stream);
                 }
+                Err(ErrorKind::FileGone | ErrorKind::IdentityMismatch | ErrorKind::ProcessGone) => {
+                    // The writer moved on (closed the fd, reused it, exited)
+                    // before the agent got there: reach the inode by handle.
+                    let job = Flush { target: Target::Closed(closed_file(key, ev)), start: ev.start, end: ev.end, wait_behind: None };
+                    self.flushers.submit(&ev.bdi(), vec![job]);
+                    return;
+                }
                 Err(kind) => {
                     self.counters.error(kind);
                     tracing::debug!(pid = key.tgid, fd = key.fd, error = kind.name(), "span skipped");
@@ -156,14 +174,7 @@ impl StreamTable {
         w.files += 1;
         w.bytes += tail;
         w.last = now;
-        let closed = ClosedFile {
-            sb_dev: crate::abi::kernel_dev_to_user(ev.sb_dev),
-            st_dev: key.file.dev,
-            ino: key.file.ino,
-            generation: ev.generation,
-            fs_root: ev.fs_root,
-        };
-        let job = Flush { target: Target::Closed(closed), start: ev.start, end: ev.end, wait_behind: None };
+        let job = Flush { target: Target::Closed(closed_file(key, ev)), start: ev.start, end: ev.end, wait_behind: None };
         let bdi = ev.bdi();
         let p = self.pending.entry(bdi.clone()).or_insert_with(|| Pending { batch: Vec::new(), bytes: 0, since: now });
         p.batch.push(job);

@@ -91,7 +91,9 @@ pub struct Mounted {
 impl Mounted {
     pub fn new(device: LoopDevice, fstype: &str) -> Result<Self> {
         let mkfs_force = match fstype {
-            "ext4" => vec!["-q", "-F"],
+            // No lazy inode-table/journal init: ext4lazyinit would write in
+            // the background and disturb every bytes-written measurement.
+            "ext4" => vec!["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"],
             "xfs" | "btrfs" => vec!["-q", "-f"],
             other => anyhow::bail!("no mkfs recipe for {other}"),
         };
@@ -109,6 +111,17 @@ impl Mounted {
 
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
+    }
+
+    /// The bdi this filesystem writes back through: the device's, except on
+    /// btrfs, which has one of its own (/sys/fs/btrfs/<fsid>/bdi).
+    pub fn bdi(&self) -> Result<String> {
+        if self.fstype != "btrfs" {
+            return self.device.bdi();
+        }
+        let uuid = run(Command::new("blkid").args(["-s", "UUID", "-o", "value"]).arg(&self.device.dev))?;
+        let link = std::fs::read_link(format!("/sys/fs/btrfs/{}/bdi", uuid.trim()))?;
+        Ok(link.file_name().context("bdi link")?.to_string_lossy().into_owned())
     }
 
     /// Unmount and mount again: the next reads come from the device, not the cache.

@@ -96,6 +96,33 @@ pub fn random_file(path: &Path, bytes: u64, seed: u64) -> Result<()> {
     Ok(())
 }
 
+/// A directory of `files` incompressible files of `min..=max` bytes, spread
+/// over subdirectories of 200, reproducible from `seed`.  Returns the total.
+pub fn random_tree(dir: &Path, files: u32, min: u64, max: u64, seed: u64) -> Result<u64> {
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut total = 0;
+    for i in 0..files {
+        let sub = dir.join(format!("d{:03}", i / 200));
+        std::fs::create_dir_all(&sub)?;
+        let bytes = min + next() % (max - min + 1);
+        random_file(&sub.join(format!("f{i:05}")), bytes, next())?;
+        total += bytes;
+    }
+    Ok(total)
+}
+
+/// True when two trees have the same files with the same bytes (diff -r).
+pub fn same_tree(a: &Path, b: &Path) -> Result<bool> {
+    let st = Command::new("diff").arg("-rq").arg(a).arg(b).stdout(Stdio::null()).status()?;
+    Ok(st.success())
+}
+
 /// True when two files have the same bytes (cmp -s).
 pub fn same_content(a: &Path, b: &Path) -> Result<bool> {
     let st = Command::new("cmp").arg("-s").arg(a).arg(b).status()?;

@@ -241,7 +241,7 @@ fn bench_device(
             };
             for _ in 0..plan.runs {
                 for &mode in &plan.modes {
-                    let active = modes::activate(mode, &fs.device.bdi()?, rate, daemon)?;
+                    let active = modes::activate(mode, &fs.bdi()?, rate, daemon)?;
                     let (metrics, series) = match (scenario, variant) {
                         ("copy", _) => scenarios::copy(&ctx, mode)?,
                         ("tar", _) => (scenarios::tar(&ctx, mode)?, vec![]),

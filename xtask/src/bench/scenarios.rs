@@ -48,7 +48,7 @@ pub struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn bdi(&self) -> String {
-        self.fs.device.bdi().expect("bdi of the bench device")
+        self.fs.bdi().expect("bdi of the bench filesystem")
     }
 
     /// The bench's own writer for in-application modes, else the real program.
