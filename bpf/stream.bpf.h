@@ -37,7 +37,7 @@ struct file_stream {
 	__u64 mark;	/* everything before mark was counted for the process */
 	__u64 pos;	/* end of the last sequential write */
 	__u32 tgid;
-	__u32 _pad;
+	__u32 spans;	/* spans emitted: the agent holds this file */
 };
 
 /*
@@ -307,15 +307,19 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 	s->mark = end;
 	emit(WB_EV_SPAN, file, fd, facts.ino, s->head, end);
 	s->head = end;
+	s->spans++;
 }
 
 /* fd is going away in the current process: a streaming process's tail goes
- * to writeback; a process within its burst leaves it to the kernel. */
+ * to writeback; a process within its burst leaves it to the kernel.  A file
+ * that had spans is always reported, even with nothing left to flush: the
+ * agent holds it and must let go (a held file makes umount fail). */
 static __always_inline void stream_close(struct file *file, __s32 fd)
 {
 	__u64 key = (__u64)file;
 	struct file_stream *s;
 	struct wb_config *cfg;
+	bool tail;
 
 	if (!file)
 		return;
@@ -323,8 +327,8 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 	if (!s)
 		return;
 	cfg = wb_cfg();
-	if (cfg && s->pos > s->head && s->ino == BPF_CORE_READ(file, f_inode, i_ino) &&
-	    proc_streaming(cfg, s->pos - s->mark))
+	tail = cfg && s->pos > s->head && proc_streaming(cfg, s->pos - s->mark);
+	if ((tail || s->spans) && s->ino == BPF_CORE_READ(file, f_inode, i_ino))
 		emit(WB_EV_CLOSE, file, fd, s->ino, s->head, s->pos);
 	bpf_map_delete_elem(&streams, &key);
 }

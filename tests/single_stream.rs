@@ -8,6 +8,15 @@ use wb_tests::*;
 
 const WINDOW: u64 = 16 * MIB;
 
+/// These tests check the windowing itself, so a burst allowance far below
+/// their writers (the default's 64 MiB would hide them), but not zero: the
+/// harness's own small files must not count as streams.
+const POLICY: &str = "window = \"16MiB\"\nburst = \"4MiB\"\nquiet = \"5s\"\n";
+
+fn start_daemon() -> Result<Daemon> {
+    Daemon::start_with_policy(POLICY)
+}
+
 /// A steady writer below the device's speed: writeback alone can hold it.
 fn steady_write(src: &Path, dst: &Path) -> Result<()> {
     sh(&format!("pv -qL 200m < {} > {}", src.display(), dst.display()))?;
@@ -47,7 +56,7 @@ fn steady_stream_stays_within_window() -> Result<()> {
     random_file(&src, 2048 * MIB, 1)?;
 
     let default = measured(&fs, &src, steady_write)?;
-    let daemon = Daemon::start()?;
+    let daemon = start_daemon()?;
     let held = measured(&fs, &src, steady_write)?;
     let log = daemon.stop()?;
 
@@ -76,7 +85,7 @@ fn full_speed_dd_is_reported() -> Result<()> {
     sh(&format!("head -c {} /dev/zero > {}", 2048 * MIB, src.display()))?;
 
     let default = measured(&fs, &src, dd)?;
-    let daemon = Daemon::start()?;
+    let daemon = start_daemon()?;
     let held = measured(&fs, &src, dd)?;
     daemon.stop()?;
     // A writer faster than the device cannot be held by writeback alone
@@ -94,7 +103,7 @@ fn excluded_writers_cause_no_flush() -> Result<()> {
     require_root();
     let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
     let dir = fs.dir.display();
-    let daemon = Daemon::start()?;
+    let daemon = start_daemon()?;
     // Random writes (pwrite at random offsets), no layout pass.
     sh(&format!(
         "fio --name=rand --filename={dir}/rand --rw=randwrite --bs=4k --size=128M \
@@ -112,7 +121,7 @@ fn excluded_writers_cause_no_flush() -> Result<()> {
     assert_eq!(spans_flushed(&log), 0, "excluded writers were flushed:\n{log}");
 
     // The same daemon does flush a plain sequential writer: the check above can fail.
-    let daemon = Daemon::start()?;
+    let daemon = start_daemon()?;
     sh(&format!("dd if=/dev/zero of={dir}/plain bs=1M count=128 status=none"))?;
     let log = daemon.stop()?;
     assert!(spans_flushed(&log) >= 7, "a plain sequential dd was not flushed:\n{log}");
@@ -127,7 +136,7 @@ fn exec_right_after_write_never_etxtbsy() -> Result<()> {
     let big = fs.path("big-true");
     sh(&format!("cp /bin/true {0} && head -c {1} /dev/zero >> {0}", big.display(), 2 * WINDOW + MIB))?;
     let prog = fs.path("prog");
-    let daemon = Daemon::start()?;
+    let daemon = start_daemon()?;
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(

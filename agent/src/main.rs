@@ -11,14 +11,20 @@ use writebehindd::{
 };
 
 const USAGE: &str = "\
-usage: writebehindd [--help] [--version]
+usage: writebehindd [--policy FILE] [--help] [--version]
 
 Keeps the dirty page cache of streaming writers near a small window by
 starting writeback behind them. Runs in the foreground until SIGINT/SIGTERM.
+
+  --policy FILE   use this policy instead of the embedded default
+                  (policies/default.toml documents every key)
+
 Log level: RUST_LOG (default info).";
 
 fn main() -> ExitCode {
-    if let Some(arg) = std::env::args().nth(1) {
+    let mut policy_file = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -28,12 +34,29 @@ fn main() -> ExitCode {
                 println!("writebehindd {}", env!("CARGO_PKG_VERSION"));
                 return ExitCode::SUCCESS;
             }
+            "--policy" => match args.next() {
+                Some(f) => policy_file = Some(f),
+                None => {
+                    eprintln!("writebehindd: --policy needs a file\n{USAGE}");
+                    return ExitCode::from(2);
+                }
+            },
             other => {
                 eprintln!("writebehindd: unknown argument {other:?}\n{USAGE}");
                 return ExitCode::from(2);
             }
         }
     }
+    let policy = match policy_file {
+        None => Policy::embedded_default(),
+        Some(f) => match std::fs::read_to_string(&f).map_err(anyhow::Error::from).and_then(|t| Policy::parse(&t)) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("writebehindd: policy {f}: {e:#}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -42,7 +65,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
-    match run() {
+    match run(policy) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("writebehindd: {e:#}");
@@ -51,9 +74,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<()> {
+fn run(policy: Policy) -> Result<()> {
     loader::check_environment()?;
-    let policy = Policy::embedded_default();
     let mut loaded = Loaded::load_and_attach(policy.bpf_config())?;
     let events = loaded.take_events()?;
     tracing::info!(

@@ -25,12 +25,27 @@ impl Daemon {
     }
 
     pub fn start_exe(exe: &Path) -> Result<Self> {
+        Self::spawn(exe, None)
+    }
+
+    /// With a policy file of the given text instead of the embedded default.
+    pub fn start_with_policy(policy: &str) -> Result<Self> {
+        Self::spawn(&bin_dir().join("writebehindd"), Some(policy))
+    }
+
+    fn spawn(exe: &Path, policy: Option<&str>) -> Result<Self> {
         if !exe.exists() {
             bail!("{} is not built: run `cargo xtask test`, which builds it first", exe.display());
         }
         let scratch = Scratch::new("daemon")?;
         let log = scratch.0.join("daemon.log");
-        let child = Command::new(exe)
+        let mut cmd = Command::new(exe);
+        if let Some(text) = policy {
+            let file = scratch.0.join("policy.toml");
+            std::fs::write(&file, text)?;
+            cmd.arg("--policy").arg(file);
+        }
+        let child = cmd
             .env("RUST_LOG", std::env::var("WB_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(File::create(&log)?)
