@@ -175,7 +175,9 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     super::cargo(&["build", "--release", "-p", "writebehindd"])?;
     let daemon = std::fs::canonicalize("target/release/writebehindd")?;
-    let xtask = std::env::current_exe()?;
+    // Not current_exe(): `cargo xtask test` relinks target/debug/xtask while
+    // this process runs it; /proc/self/exe is always this very binary.
+    let xtask = PathBuf::from("/proc/self/exe");
     Knob::recover()?;
     let _debugfs = Debugfs::ensure()?;
     std::fs::create_dir_all(&plan.out)?;

@@ -21,8 +21,7 @@ use anyhow::Result;
 
 pub struct Probes {
     stop: Arc<AtomicBool>,
-    fsync: JoinHandle<Vec<f64>>,
-    read: JoinHandle<Vec<f64>>,
+    threads: Option<(JoinHandle<Vec<f64>>, JoinHandle<Vec<f64>>)>,
 }
 
 /// Latencies in seconds, as (p50, p99, max).
@@ -84,12 +83,27 @@ impl Probes {
             unsafe { dealloc(buf, layout) };
             lat
         });
-        Ok(Self { stop, fsync, read })
+        Ok(Self { stop, threads: Some((fsync, read)) })
     }
 
     /// (fsync latencies, read latencies), seconds.
-    pub fn stop(self) -> (Vec<f64>, Vec<f64>) {
+    pub fn stop(mut self) -> (Vec<f64>, Vec<f64>) {
+        self.join()
+    }
+
+    fn join(&mut self) -> (Vec<f64>, Vec<f64>) {
         self.stop.store(true, Ordering::Relaxed);
-        (self.fsync.join().unwrap_or_default(), self.read.join().unwrap_or_default())
+        match self.threads.take() {
+            Some((f, r)) => (f.join().unwrap_or_default(), r.join().unwrap_or_default()),
+            None => (Vec::new(), Vec::new()),
+        }
+    }
+}
+
+/// A run that fails early still stops its probes: their open files would
+/// keep the filesystem busy.
+impl Drop for Probes {
+    fn drop(&mut self) {
+        self.join();
     }
 }
