@@ -6,7 +6,7 @@
 //! congested queue, which is why it runs here and not on the async runtime.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     os::fd::{AsRawFd, OwnedFd},
     sync::{
         Arc,
@@ -41,8 +41,12 @@ pub struct Flush {
 
 /// Flushes submitted back to back, in order: a batch of closed files is
 /// written in the order it was written, so delayed allocation lays it out
-/// contiguously.
-pub type Batch = Vec<Flush>;
+/// contiguously.  `owner` names the stream (or the multi-file writer) the
+/// batch belongs to, for fair turns.
+pub struct Batch {
+    pub owner: u64,
+    pub flushes: Vec<Flush>,
+}
 
 pub struct Flushers {
     devices: HashMap<String, (mpsc::Sender<Batch>, JoinHandle<()>)>,
@@ -81,13 +85,104 @@ impl Flushers {
     }
 }
 
+/// Batches waiting on one device, by owner.  Service goes in rounds (seed
+/// 000): each round gives every owner with work one batch, owners in the
+/// order their oldest batch arrived, so a flood of small files cannot starve
+/// a big stream on the same device, nor the reverse.
+#[derive(Default)]
+struct Rounds {
+    queues: HashMap<u64, VecDeque<Batch>>,
+    /// Owners with work, oldest first.
+    order: VecDeque<u64>,
+}
+
+impl Rounds {
+    fn push(&mut self, b: Batch) {
+        let q = self.queues.entry(b.owner).or_default();
+        if q.is_empty() {
+            self.order.push_back(b.owner);
+        }
+        q.push_back(b);
+    }
+
+    /// One batch from each owner with work.
+    fn round(&mut self) -> Vec<Batch> {
+        let owners: Vec<u64> = self.order.drain(..).collect();
+        let mut out = Vec::with_capacity(owners.len());
+        for owner in owners {
+            let q = self.queues.get_mut(&owner).expect("ordered owners have queues");
+            out.push(q.pop_front().expect("ordered owners have work"));
+            if q.is_empty() {
+                self.queues.remove(&owner);
+            } else {
+                self.order.push_back(owner);
+            }
+        }
+        out
+    }
+
+    fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}
+
 fn run(rx: mpsc::Receiver<Batch>, counters: Arc<Counters>, stopping: Arc<AtomicBool>) {
     let mut handles = Handles::default();
-    for batch in rx {
-        for job in batch {
-            flush(job, &mut handles, &counters, &stopping);
+    let mut rounds = Rounds::default();
+    loop {
+        // Block only when there is nothing to do; otherwise take what came.
+        if rounds.is_empty() {
+            match rx.recv() {
+                Ok(b) => rounds.push(b),
+                Err(_) => return,
+            }
         }
-        handles.release();
+        while let Ok(b) = rx.try_recv() {
+            rounds.push(b);
+        }
+        for batch in rounds.round() {
+            for job in batch.flushes {
+                flush(job, &mut handles, &counters, &stopping);
+            }
+            handles.release();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(owner: u64, n: u64) -> Batch {
+        let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: n, generation: 0, fs_root: 0 };
+        Batch { owner, flushes: vec![Flush { target: Target::Closed(f), start: 0, end: 1, wait_behind: None }] }
+    }
+
+    fn inos(v: Vec<Batch>) -> Vec<u64> {
+        v.iter()
+            .map(|b| match b.flushes[0].target {
+                Target::Closed(f) => f.ino,
+                Target::Held(_) => unreachable!(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_owner_gets_a_turn_each_round() {
+        let mut r = Rounds::default();
+        // A flood of small-file batches from owner 1 queued before owner 2's span.
+        for i in 0..5 {
+            r.push(batch(1, 10 + i));
+        }
+        r.push(batch(2, 20));
+        r.push(batch(2, 21));
+        assert_eq!(inos(r.round()), vec![10, 20]);
+        r.push(batch(3, 30));
+        assert_eq!(inos(r.round()), vec![11, 21, 30]);
+        assert_eq!(inos(r.round()), vec![12]);
+        assert_eq!(inos(r.round()), vec![13]);
+        assert_eq!(inos(r.round()), vec![14]);
+        assert!(r.is_empty());
     }
 }
 

@@ -33,6 +33,8 @@ struct StreamKey {
 }
 
 struct Stream {
+    /// Unique among this daemon's streams: its turn in the flusher's rounds.
+    id: u64,
     file: Arc<OwnedFd>,
     pidfd: OwnedFd,
     comm: String,
@@ -44,7 +46,7 @@ struct Stream {
     last_span: Option<(u64, u64)>,
 }
 
-/// Closed files waiting to be submitted together, per device.
+/// Closed files of one writer waiting to be submitted together.
 struct Pending {
     batch: Batch,
     bytes: u64,
@@ -62,11 +64,13 @@ struct Writer {
 
 pub struct StreamTable {
     streams: HashMap<StreamKey, Stream>,
-    pending: HashMap<String, Pending>,
+    /// By (device, writer's pid).
+    pending: HashMap<(String, u32), Pending>,
     writers: HashMap<u32, Writer>,
     flushers: Flushers,
     counters: Arc<Counters>,
     window: u64,
+    next_id: u64,
 }
 
 /// What names the event's inode for good, to open it by handle.
@@ -89,7 +93,15 @@ impl StreamTable {
             flushers: Flushers::new(counters.clone()),
             counters,
             window,
+            next_id: 0,
         }
+    }
+
+    /// Owners of flush batches: streams count up from 1 << 32, multi-file
+    /// writers are their pid (below 1 << 32).
+    fn new_stream_id(&mut self) -> u64 {
+        self.next_id += 1;
+        (1 << 32) + self.next_id
     }
 
     pub fn len(&self) -> usize {
@@ -118,6 +130,7 @@ impl StreamTable {
             match sys::open_writer_file(key.tgid, key.fd, key.file) {
                 Ok((file, pidfd)) => {
                     let stream = Stream {
+                        id: self.new_stream_id(),
                         file: Arc::new(file),
                         pidfd,
                         comm: ev.comm(),
@@ -138,7 +151,7 @@ impl StreamTable {
                     // The writer moved on (closed the fd, reused it, exited)
                     // before the agent got there: reach the inode by handle.
                     let job = Flush { target: Target::Closed(closed_file(key, ev)), start: ev.start, end: ev.end, wait_behind: None };
-                    self.flushers.submit(&ev.bdi(), vec![job]);
+                    self.flushers.submit(&ev.bdi(), Batch { owner: key.tgid as u64, flushes: vec![job] });
                     return;
                 }
                 Err(kind) => {
@@ -153,7 +166,7 @@ impl StreamTable {
         s.spans += 1;
         let wait_behind = s.last_span.replace((ev.start, ev.end));
         let job = Flush { target: Target::Held(s.file.clone()), start: ev.start, end: ev.end, wait_behind };
-        self.flushers.submit(&s.bdi, vec![job]);
+        self.flushers.submit(&s.bdi, Batch { owner: s.id, flushes: vec![job] });
     }
 
     /// The writer closed the file: hand its tail to writeback.  A stream's
@@ -162,7 +175,7 @@ impl StreamTable {
         let tail = ev.end - ev.start;
         if let Some(s) = self.streams.remove(&key) {
             let job = Flush { target: Target::Held(s.file.clone()), start: ev.start, end: ev.end, wait_behind: None };
-            self.flushers.submit(&s.bdi, vec![job]);
+            self.flushers.submit(&s.bdi, Batch { owner: s.id, flushes: vec![job] });
             self.ended(key, s, tail, "closed");
             return;
         }
@@ -175,24 +188,28 @@ impl StreamTable {
         w.bytes += tail;
         w.last = now;
         let job = Flush { target: Target::Closed(closed_file(key, ev)), start: ev.start, end: ev.end, wait_behind: None };
-        let bdi = ev.bdi();
-        let p = self.pending.entry(bdi.clone()).or_insert_with(|| Pending { batch: Vec::new(), bytes: 0, since: now });
-        p.batch.push(job);
+        let slot = (ev.bdi(), key.tgid);
+        let p = self.pending.entry(slot.clone()).or_insert_with(|| Pending {
+            batch: Batch { owner: key.tgid as u64, flushes: Vec::new() },
+            bytes: 0,
+            since: now,
+        });
+        p.batch.flushes.push(job);
         p.bytes += tail;
-        if p.bytes >= self.window || p.batch.len() >= BATCH_FILES {
-            let p = self.pending.remove(&bdi).expect("just used");
-            self.flushers.submit(&bdi, p.batch);
+        if p.bytes >= self.window || p.batch.flushes.len() >= BATCH_FILES {
+            let p = self.pending.remove(&slot).expect("just used");
+            self.flushers.submit(&slot.0, p.batch);
         }
     }
 
     /// Submits batches that waited long enough; reports idle writers.
     pub fn tick(&mut self) {
         let now = Instant::now();
-        let due: Vec<String> =
-            self.pending.iter().filter(|(_, p)| now - p.since >= BATCH_AGE).map(|(b, _)| b.clone()).collect();
-        for bdi in due {
-            let p = self.pending.remove(&bdi).expect("listed above");
-            self.flushers.submit(&bdi, p.batch);
+        let due: Vec<(String, u32)> =
+            self.pending.iter().filter(|(_, p)| now - p.since >= BATCH_AGE).map(|(k, _)| k.clone()).collect();
+        for slot in due {
+            let p = self.pending.remove(&slot).expect("listed above");
+            self.flushers.submit(&slot.0, p.batch);
         }
         self.writers.retain(|pid, w| {
             let idle = now - w.last >= WRITER_IDLE;
@@ -228,7 +245,7 @@ impl StreamTable {
 
     /// Ends every stream (daemon shutdown) after queued spans are submitted.
     pub fn shutdown(&mut self) {
-        for (bdi, p) in std::mem::take(&mut self.pending) {
+        for ((bdi, _), p) in std::mem::take(&mut self.pending) {
             self.flushers.submit(&bdi, p.batch);
         }
         self.flushers.shutdown();
