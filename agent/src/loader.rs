@@ -63,24 +63,25 @@ impl Loaded {
         me.set_config(cfg)?;
 
         for &(prog, tp) in SYSCALL_HOOKS {
-            let p: &mut TracePoint = me
-                .ebpf
-                .program_mut(prog)
-                .with_context(|| format!("BPF object lacks program {prog}"))?
-                .try_into()?;
+            let p: &mut TracePoint = me.program(prog)?;
             p.load().with_context(|| format!("loading {prog}"))?;
             p.attach("syscalls", tp).with_context(|| format!("attaching {prog} to syscalls/{tp}"))?;
         }
         for &(prog, tp) in BTF_HOOKS {
-            let p: &mut BtfTracePoint = me
-                .ebpf
-                .program_mut(prog)
-                .with_context(|| format!("BPF object lacks program {prog}"))?
-                .try_into()?;
+            let p: &mut BtfTracePoint = me.program(prog)?;
             p.load(tp, &btf).with_context(|| format!("loading {prog}"))?;
             p.attach().with_context(|| format!("attaching {prog} to tp_btf/{tp}"))?;
         }
         Ok(me)
+    }
+
+    /// A program of the object, as the type its section says it is.
+    fn program<'a, T>(&'a mut self, name: &str) -> Result<&'a mut T>
+    where
+        &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+    {
+        let p = self.ebpf.program_mut(name).with_context(|| format!("BPF object lacks program {name}"))?;
+        Ok(p.try_into()?)
     }
 
     /// The in-kernel trigger: window, burst allowance, quiet time.

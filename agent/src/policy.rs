@@ -41,16 +41,22 @@ impl Policy {
     }
 }
 
+/// "16MiB" -> (16, "MiB"): leading digits, then the rest, trimmed.
+fn number_and_unit<'a>(s: &'a str, expected: &str) -> Result<(u64, &'a str), String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n = num.parse().map_err(|_| format!("expected {expected}, got {s:?}"))?;
+    Ok((n, unit.trim()))
+}
+
 /// A duration written as "500ms" or "5s".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Duration(pub std::time::Duration);
 
 impl Duration {
     pub fn parse(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-        let (num, unit) = s.split_at(split);
-        let n: u64 = num.parse().map_err(|_| format!("expected a duration like \"500ms\" or \"5s\", got {s:?}"))?;
+        let (n, unit) = number_and_unit(s, "a duration like \"500ms\" or \"5s\"")?;
         match unit {
             "ms" => Ok(Duration(std::time::Duration::from_millis(n))),
             "s" => Ok(Duration(std::time::Duration::from_secs(n))),
@@ -72,11 +78,8 @@ pub struct Size(pub u64);
 
 impl Size {
     pub fn parse(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-        let (num, unit) = s.split_at(split);
-        let n: u64 = num.parse().map_err(|_| format!("expected a size like \"16MiB\", got {s:?}"))?;
-        let mult: u64 = match unit.trim() {
+        let (n, unit) = number_and_unit(s, "a size like \"16MiB\"")?;
+        let mult: u64 = match unit {
             "" | "B" => 1,
             "KiB" => 1 << 10,
             "MiB" => 1 << 20,

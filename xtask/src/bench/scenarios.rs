@@ -258,27 +258,9 @@ pub fn overhead(secs: f64) -> Result<Metrics> {
 /// Reproducible sources in tmpfs: the copy tree and the tarball.
 pub fn make_sources(root: &Path, sizes: &Sizes) -> Result<(PathBuf, u64, PathBuf)> {
     let copy_src = root.join("copy-src");
-    std::fs::create_dir_all(&copy_src)?;
-    let mut rng = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
-    let mut total = 0;
-    for i in 0..sizes.copy_files {
-        let bytes = next() % (sizes.copy_max_mib * MIB + 1);
-        wb_tests::random_file(&copy_src.join(format!("f{i:03}")), bytes, next())?;
-        total += bytes;
-    }
+    let total = wb_tests::random_tree(&copy_src, sizes.copy_files, 0, sizes.copy_max_mib * MIB, 0x2545)?;
     let tar_src = root.join("tar-src");
-    for i in 0..sizes.tar_files {
-        let dir = tar_src.join(format!("d{:03}", i / 200));
-        std::fs::create_dir_all(&dir)?;
-        let bytes = 1024 + next() % (147 * 1024);
-        wb_tests::random_file(&dir.join(format!("f{i:05}")), bytes, next())?;
-    }
+    wb_tests::random_tree(&tar_src, sizes.tar_files, 1024, 148 * 1024, 0x9e37)?;
     let tarball = root.join("src.tar");
     sh(&format!("tar -cf {} -C {} . && rm -rf {}", tarball.display(), tar_src.display(), tar_src.display()))?;
     Ok((copy_src, total, tarball))

@@ -135,14 +135,23 @@ fn copy_file(src: &Path, dst: &Path, flavor: Flavor, buf: &mut [u8]) -> Result<(
     sink.finish()
 }
 
-/// cp -r for the in-application modes: files in name order, 1 MiB buffers.
+/// cp -r for the in-application modes: entries in name order, 1 MiB buffers.
 fn copy_tree(src: &Path, dst: &Path, flavor: Flavor) -> Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    copy_dir(src, dst, flavor, &mut buf)
+}
+
+fn copy_dir(src: &Path, dst: &Path, flavor: Flavor, buf: &mut [u8]) -> Result<()> {
     fs::create_dir_all(dst)?;
     let mut names: Vec<PathBuf> = fs::read_dir(src)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
     names.sort();
-    let mut buf = vec![0u8; 1 << 20];
     for path in names {
-        copy_file(&path, &dst.join(path.file_name().unwrap()), flavor, &mut buf)?;
+        let to = dst.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &to, flavor, buf)?;
+        } else {
+            copy_file(&path, &to, flavor, buf)?;
+        }
     }
     Ok(())
 }
