@@ -106,6 +106,7 @@ fn run(policy: Policy) -> Result<()> {
         bytes_flushed = Counters::get(&counters.bytes_flushed),
         closed_files_flushed = Counters::get(&counters.closed_files_flushed),
         rb_drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS),
+        untracked_map_full = loaded.stat(wb_stat::WB_STAT_MAP_FULL),
         errors = ?counters.errors().into_iter().filter(|e| e.1 > 0).collect::<Vec<_>>(),
         "stopping"
     );

@@ -104,14 +104,6 @@ impl StreamTable {
         (1 << 32) + self.next_id
     }
 
-    pub fn len(&self) -> usize {
-        self.streams.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.streams.is_empty()
-    }
-
     pub fn handle(&mut self, kind: EventKind, ev: &wb_event) {
         self.counters.add(&self.counters.events, 1);
         let key = StreamKey {
@@ -252,10 +244,6 @@ impl StreamTable {
         for (key, s) in std::mem::take(&mut self.streams) {
             self.ended(key, s, 0, "daemon stopping");
         }
-    }
-
-    pub fn counters(&self) -> &Counters {
-        &self.counters
     }
 
     /// Errors of kind `kind` are counted by the caller (ring-buffer decode).

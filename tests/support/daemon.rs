@@ -73,10 +73,6 @@ impl Daemon {
         s
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// SIGTERM, then wait; returns the log.  The daemon must exit cleanly.
     pub fn stop(mut self) -> Result<String> {
         let status = self.terminate()?;
