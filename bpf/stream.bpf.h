@@ -201,20 +201,13 @@ static __always_inline bool file_eligible(struct file *file, struct file_facts *
 	return BPF_CORE_READ(sb, s_bdi, capabilities) & BDI_CAP_WRITEBACK;
 }
 
-/* The st_dev that stat(2) reports, so the agent can check identity:
- * btrfs reports its subvolume's anonymous dev, everyone else s_dev. */
-static __always_inline __u32 inode_stat_dev(struct inode *inode)
+/* The btrfs_inode around inode, or NULL on other filesystems (or kernels
+ * without btrfs): btrfs keeps per-subvolume facts there. */
+static __always_inline struct btrfs_inode *btrfs_inode_of(struct inode *inode, __u32 magic)
 {
-	struct super_block *sb = BPF_CORE_READ(inode, i_sb);
-
-	if (bpf_core_type_exists(struct btrfs_inode) &&
-	    BPF_CORE_READ(sb, s_magic) == BTRFS_SUPER_MAGIC) {
-		struct btrfs_inode *bi = (void *)inode -
-			bpf_core_field_offset(struct btrfs_inode, vfs_inode);
-
-		return BPF_CORE_READ(bi, root, anon_dev);
-	}
-	return BPF_CORE_READ(sb, s_dev);
+	if (!bpf_core_type_exists(struct btrfs_inode) || magic != BTRFS_SUPER_MAGIC)
+		return NULL;
+	return (void *)inode - bpf_core_field_offset(struct btrfs_inode, vfs_inode);
 }
 
 static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
@@ -223,6 +216,7 @@ static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
 	struct wb_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	struct inode *inode = BPF_CORE_READ(file, f_inode);
 	struct backing_dev_info *bdi;
+	struct btrfs_inode *bi;
 
 	if (!e) {
 		stat_inc(WB_STAT_RB_DROPS);
@@ -231,18 +225,15 @@ static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
 	e->kind = kind;
 	e->tgid = bpf_get_current_pid_tgid() >> 32;
 	e->fd = fd;
-	e->st_dev = inode_stat_dev(inode);
 	e->generation = BPF_CORE_READ(inode, i_generation);
 	e->fs_magic = BPF_CORE_READ(inode, i_sb, s_magic);
 	e->sb_dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	e->_pad = 0;
-	e->fs_root = 0;
-	if (bpf_core_type_exists(struct btrfs_inode) && e->fs_magic == BTRFS_SUPER_MAGIC) {
-		struct btrfs_inode *bi = (void *)inode -
-			bpf_core_field_offset(struct btrfs_inode, vfs_inode);
-
-		e->fs_root = BPF_CORE_READ(bi, root, root_key.objectid);
-	}
+	/* stat(2) on btrfs reports the subvolume's anonymous dev, not s_dev;
+	 * its handles also name the subvolume root. */
+	bi = btrfs_inode_of(inode, e->fs_magic);
+	e->st_dev = bi ? BPF_CORE_READ(bi, root, anon_dev) : e->sb_dev;
+	e->fs_root = bi ? BPF_CORE_READ(bi, root, root_key.objectid) : 0;
 	e->ino = ino;
 	e->start = start;
 	e->end = end;

@@ -52,7 +52,11 @@ char LICENSE[] SEC("license") = "GPL";
 
 static __always_inline void wrote(__s32 fd, __s64 pos, long ret)
 {
-	stream_write(current_fd_file(fd), fd, pos, ret);
+	struct task_struct *task = bpf_get_current_task_btf();
+
+	if (task->thread_info.status & TS_COMPAT)
+		return;	/* ia32 numbers mean other syscalls */
+	stream_write(task_fd_file(task, fd), fd, pos, ret);
 }
 
 /* copy_file_range/splice: the offset pointer (advanced past the copy by the
@@ -73,21 +77,6 @@ int BPF_PROG(wb_sys_exit, struct pt_regs *regs, long ret)
 
 	if (ret <= 0 || nr > NR_pwritev2)
 		return 0;
-	switch (nr) {
-	case NR_write:
-	case NR_writev:
-	case NR_sendfile:
-	case NR_pwrite64:
-	case NR_pwritev:
-	case NR_pwritev2:
-	case NR_copy_file_range:
-	case NR_splice:
-		break;
-	default:
-		return 0;
-	}
-	if (bpf_get_current_task_btf()->thread_info.status & TS_COMPAT)
-		return 0;	/* ia32 numbers mean other syscalls */
 	switch (nr) {
 	case NR_write:
 	case NR_writev:

@@ -73,6 +73,11 @@ pub struct StreamTable {
     next_id: u64,
 }
 
+/// Writeback of the event's range of `target`, waiting for nothing.
+fn flush_of(ev: &wb_event, target: Target) -> Flush {
+    Flush { target, start: ev.start, end: ev.end, wait_behind: None }
+}
+
 /// What names the event's inode for good, to open it by handle.
 fn closed_file(key: StreamKey, ev: &wb_event) -> ClosedFile {
     ClosedFile {
@@ -142,7 +147,7 @@ impl StreamTable {
                 Err(ErrorKind::FileGone | ErrorKind::IdentityMismatch | ErrorKind::ProcessGone) => {
                     // The writer moved on (closed the fd, reused it, exited)
                     // before the agent got there: reach the inode by handle.
-                    let job = Flush { target: Target::Closed(closed_file(key, ev)), start: ev.start, end: ev.end, wait_behind: None };
+                    let job = flush_of(ev, Target::Closed(closed_file(key, ev)));
                     self.flushers.submit(&ev.bdi(), Batch { owner: key.tgid as u64, flushes: vec![job] });
                     return;
                 }
@@ -157,7 +162,7 @@ impl StreamTable {
         s.bytes += ev.end - ev.start;
         s.spans += 1;
         let wait_behind = s.last_span.replace((ev.start, ev.end));
-        let job = Flush { target: Target::Held(s.file.clone()), start: ev.start, end: ev.end, wait_behind };
+        let job = Flush { wait_behind, ..flush_of(ev, Target::Held(s.file.clone())) };
         self.flushers.submit(&s.bdi, Batch { owner: s.id, flushes: vec![job] });
     }
 
@@ -166,7 +171,7 @@ impl StreamTable {
     fn close(&mut self, key: StreamKey, ev: &wb_event) {
         let tail = ev.end - ev.start;
         if let Some(s) = self.streams.remove(&key) {
-            let job = Flush { target: Target::Held(s.file.clone()), start: ev.start, end: ev.end, wait_behind: None };
+            let job = flush_of(ev, Target::Held(s.file.clone()));
             self.flushers.submit(&s.bdi, Batch { owner: s.id, flushes: vec![job] });
             self.ended(key, s, tail, "closed");
             return;
@@ -179,7 +184,7 @@ impl StreamTable {
         w.files += 1;
         w.bytes += tail;
         w.last = now;
-        let job = Flush { target: Target::Closed(closed_file(key, ev)), start: ev.start, end: ev.end, wait_behind: None };
+        let job = flush_of(ev, Target::Closed(closed_file(key, ev)));
         let slot = (ev.bdi(), key.tgid);
         let p = self.pending.entry(slot.clone()).or_insert_with(|| Pending {
             batch: Batch { owner: key.tgid as u64, flushes: Vec::new() },
