@@ -23,9 +23,7 @@ fn main() {
         .arg("-o")
         .arg(&obj)
         .status()
-        .unwrap_or_else(|e| {
-            panic!("cannot run {clang}: {e}; install clang and libbpf-dev (see .ci/run)")
-        });
+        .unwrap_or_else(|e| panic!("cannot run {clang}: {e}; install clang and libbpf-dev (see .ci/run)"));
     assert!(status.success(), "{clang} failed to build bpf/writebehind.bpf.c");
 
     bindgen::Builder::default()

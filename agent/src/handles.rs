@@ -115,18 +115,23 @@ impl Handles {
     /// Opens the closed file read-only, if it is still the inode BPF saw.
     pub fn open(&mut self, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
         let mount = self.mounts.entry(f.sb_dev).or_insert_with(|| learn(f.sb_dev));
-        let Some(mount) = mount else { return Err(ErrorKind::NoHandle) };
+        let Some(mount) = mount else {
+            return Err(ErrorKind::NoHandle);
+        };
         if mount.root.is_none() {
             mount.root = Some(open_dir(&mount.path).map_err(|_| ErrorKind::NoHandle)?);
         }
         let root = mount.root.as_ref().expect("opened above");
         let bytes = mount.layout.encode(f).ok_or(ErrorKind::NoHandle)?;
-        let mut h = FileHandle { handle_bytes: bytes.len() as u32, handle_type: mount.layout.handle_type(), f_handle: [0; MAX_HANDLE_SZ] };
+        let mut h = FileHandle {
+            handle_bytes: bytes.len() as u32,
+            handle_type: mount.layout.handle_type(),
+            f_handle: [0; MAX_HANDLE_SZ],
+        };
         h.f_handle[..bytes.len()].copy_from_slice(&bytes);
         let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
-        let fd = unsafe {
-            libc::syscall(libc::SYS_open_by_handle_at, root.as_raw_fd(), &mut h as *mut FileHandle, flags)
-        };
+        let fd =
+            unsafe { libc::syscall(libc::SYS_open_by_handle_at, root.as_raw_fd(), &mut h as *mut FileHandle, flags) };
         if fd < 0 {
             return Err(match io::Error::last_os_error().raw_os_error() {
                 Some(libc::ESTALE) | Some(libc::ENOENT) => ErrorKind::FileGone,
@@ -177,7 +182,14 @@ fn learn(sb_dev: u64) -> Option<Mount> {
     let mut mount_id = 0;
     let empty = CString::new("").unwrap();
     let r = unsafe {
-        libc::syscall(libc::SYS_name_to_handle_at, root.as_raw_fd(), empty.as_ptr(), &mut h as *mut FileHandle, &mut mount_id, libc::AT_EMPTY_PATH)
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            root.as_raw_fd(),
+            empty.as_ptr(),
+            &mut h as *mut FileHandle,
+            &mut mount_id,
+            libc::AT_EMPTY_PATH,
+        )
     };
     let root_ino = sys::fstat(root.as_raw_fd()).ok()?.st_ino;
     let layout = (r == 0)

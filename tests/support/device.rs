@@ -32,10 +32,11 @@ impl LoopDevice {
         let scratch = Scratch::new("loop")?;
         let backing = scratch.0.join("backing.img");
         // Fully written (not sparse): writes then cost what a disk's would.
-        run(Command::new("dd")
-            .arg("if=/dev/zero")
-            .arg(format!("of={}", backing.display()))
-            .args(["bs=1M", &format!("count={size_mib}"), "status=none"]))?;
+        run(Command::new("dd").arg("if=/dev/zero").arg(format!("of={}", backing.display())).args([
+            "bs=1M",
+            &format!("count={size_mib}"),
+            "status=none",
+        ]))?;
         let dev = attach(&backing)?;
         Ok(Self { dev, _throttle: None, _lower: None, _scratch: Some(scratch) })
     }

@@ -44,7 +44,9 @@ impl Knob {
     /// Restores what a killed run left changed.
     pub fn recover() -> Result<()> {
         let _g = JOURNAL_LOCK.lock().unwrap();
-        let Ok(text) = fs::read_to_string(JOURNAL) else { return Ok(()) };
+        let Ok(text) = fs::read_to_string(JOURNAL) else {
+            return Ok(());
+        };
         // Newest first: later changes may depend on earlier ones.
         for line in text.lines().rev() {
             if let Some((path, value)) = line.split_once('\t') {
@@ -82,15 +84,13 @@ fn journal_add(path: &str, value: &str) -> Result<()> {
 
 fn journal_remove(path: &Path, value: &str) {
     let _g = JOURNAL_LOCK.lock().unwrap();
-    let Ok(text) = fs::read_to_string(JOURNAL) else { return };
+    let Ok(text) = fs::read_to_string(JOURNAL) else {
+        return;
+    };
     let entry = format!("{}\t{value}", path.display());
     let mut lines: Vec<&str> = text.lines().collect();
     if let Some(i) = lines.iter().rposition(|l| *l == entry) {
         lines.remove(i);
     }
-    let _ = if lines.is_empty() {
-        fs::remove_file(JOURNAL)
-    } else {
-        fs::write(JOURNAL, lines.join("\n") + "\n")
-    };
+    let _ = if lines.is_empty() { fs::remove_file(JOURNAL) } else { fs::write(JOURNAL, lines.join("\n") + "\n") };
 }

@@ -67,7 +67,8 @@ pub fn table(runs: &[Run], group: &str) -> String {
             }
         }
     }
-    let mut rows = vec![std::iter::once("mode".to_string()).chain(metrics.iter().map(|m| m.to_string())).collect::<Vec<_>>()];
+    let mut rows =
+        vec![std::iter::once("mode".to_string()).chain(metrics.iter().map(|m| m.to_string())).collect::<Vec<_>>()];
     for mode in &modes {
         let mut row = vec![mode.to_string()];
         for m in &metrics {
