@@ -36,8 +36,11 @@ struct file_stream {
 	__u64 head;	/* everything before head was handed to writeback */
 	__u64 mark;	/* everything before mark was counted for the process */
 	__u64 pos;	/* end of the last sequential write */
+	__u64 window;	/* the device's window, looked up again at each crossing */
 	__u32 tgid;
 	__u32 spans;	/* spans emitted: the agent holds this file */
+	__u32 sb_dev;	/* the file's superblock: its device's window */
+	__u32 _pad;
 };
 
 /*
@@ -73,6 +76,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct wb_config);
 } wb_config_map SEC(".maps");
+
+/* Filled by the agent: the window of each device (by sb_dev), from its
+ * measured bandwidth.  Read when a stream starts and at each crossing. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u64);
+} dev_windows SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -136,6 +148,7 @@ static __always_inline struct file *current_fd_file(__u32 fd)
 /* What the stream logic needs to know about a file being written. */
 struct file_facts {
 	struct inode *inode;
+	struct super_block *sb;
 	__u64 ino;
 	__u64 f_pos;
 };
@@ -198,7 +211,17 @@ static __always_inline bool file_eligible(struct file *file, struct file_facts *
 		return false;
 	facts->ino = BLK_FIELD(iblk, facts->inode, struct inode, i_ino);
 	sb = BLK_FIELD(iblk, facts->inode, struct inode, i_sb);
+	facts->sb = sb;
 	return BPF_CORE_READ(sb, s_bdi, capabilities) & BDI_CAP_WRITEBACK;
+}
+
+/* The window of the device behind sb_dev: the agent's per-device value once
+ * it has measured the device, the configured one until then. */
+static __always_inline __u64 dev_window(__u32 sb_dev, struct wb_config *cfg)
+{
+	__u64 *w = bpf_map_lookup_elem(&dev_windows, &sb_dev);
+
+	return w && *w ? *w : cfg->window;
 }
 
 /* The btrfs_inode around inode, or NULL on other filesystems (or kernels
@@ -241,6 +264,9 @@ static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bdi = BPF_CORE_READ(inode, i_sb, s_bdi);
 	bpf_probe_read_kernel_str(e->bdi, sizeof(e->bdi), bdi->dev_name);
+	e->bdi_bw_pages = BPF_CORE_READ(bdi, wb.avg_write_bandwidth);
+	e->bdi_dirty_pages = BPF_CORE_READ(bdi, wb.stat[0].count) +	/* WB_RECLAIMABLE */
+			     BPF_CORE_READ(bdi, wb.stat[1].count);	/* WB_WRITEBACK */
 	bpf_ringbuf_submit(e, 0);
 }
 
@@ -269,14 +295,19 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 
 	s = bpf_map_lookup_elem(&streams, &key);
 	if (!s || s->ino != facts.ino) {
+		/* Not BPF_CORE_READ(facts.sb, ...): the access chain would then
+		 * start at our own struct, which the kernel's BTF does not know. */
+		struct super_block *sb = facts.sb;
 		struct file_stream fresh = {
 			.ino = facts.ino,
 			.head = start,
 			.mark = start,
 			.pos = end,
 			.tgid = bpf_get_current_pid_tgid() >> 32,
+			.sb_dev = BPF_CORE_READ(sb, s_dev),
 		};
 
+		fresh.window = dev_window(fresh.sb_dev, cfg);
 		if (bpf_map_update_elem(&streams, &key, &fresh, BPF_ANY))
 			stat_inc(WB_STAT_MAP_FULL);
 		return;
@@ -289,8 +320,9 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 		return;
 	}
 	s->pos = end;
-	if (end - s->mark < cfg->window)
+	if (end - s->mark < s->window)
 		return;
+	s->window = dev_window(s->sb_dev, cfg);
 	if (!proc_streaming(cfg, end - s->mark)) {
 		s->mark = end;
 		return;

@@ -36,8 +36,13 @@ struct wb_event {
 	__u32 fs_magic;  /* s_magic, to know how its file handles are laid out */
 	__u64 fs_root;   /* btrfs: the subvolume's root objectid; else 0 */
 	__u32 sb_dev;    /* the superblock's s_dev, as /proc/self/mountinfo lists it
-	                  * (differs from st_dev on btrfs subvolumes) */
+	                  * (differs from st_dev on btrfs subvolumes); keys dev_windows */
 	__u32 _pad;
+	__u64 bdi_bw_pages; /* the kernel's avg_write_bandwidth of the bdi's root
+	                     * writeback, in pages per second (starts at 100 MB/s
+	                     * before the device was ever measured) */
+	__u64 bdi_dirty_pages; /* dirty + under-writeback pages of the bdi's root
+	                        * writeback (the percpu counters' approximate sum) */
 	__u64 start;
 	__u64 end;
 	__u64 ts_ns;     /* bpf_ktime_get_ns() when emitted */
@@ -45,9 +50,13 @@ struct wb_event {
 	char bdi[32];    /* backing device name, as in /sys/class/bdi ("7:0") */
 };
 
-/* Tunables the agent writes into the single-entry `wb_config_map` array map. */
+/* Tunables the agent writes into the single-entry `wb_config_map` array map.
+ * Per-device windows, sized from the device's measured bandwidth, live in the
+ * `dev_windows` hash map (key: __u32 sb_dev as in wb_event, value: __u64
+ * bytes); `window` applies to devices that have no entry there yet. */
 struct wb_config {
-	__u64 window;    /* bytes of unflushed sequential data that trigger a span */
+	__u64 window;    /* bytes of unflushed sequential data that trigger a span;
+	                  * 0 turns write-behind off */
 	__u64 burst;     /* a process's data stays cache-only until it streamed more */
 	__u64 quiet_ns;  /* a process idle this long gets its burst allowance back */
 };

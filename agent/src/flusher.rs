@@ -2,8 +2,18 @@
 //!
 //! Seed 003: N threads submitting writeback to one disk seek it all over the
 //! place; one submitter keeps locality.  Every flush for a device goes
-//! through its thread, in arrival order.  sync_file_range may block on a
+//! through its thread, in fair rounds.  sync_file_range may block on a
 //! congested queue, which is why it runs here and not on the async runtime.
+//!
+//! What a device has in flight is bounded, like Linus's loop: windows are
+//! submitted in chunks of `in_flight_seconds` of bandwidth (policy), and after
+//! each chunk the submitter waits for the one before.  Everything else on
+//! the device queues behind what is in flight: an fsync there waits for it
+//! twice on ext4 (its commit waits for allocated data, then its own writes
+//! queue behind the rest).  Measured (bench copy, 100 MiB/s): fsync p50 48 ms
+//! with Linus's 8 MiB chunks, 250-500 ms with whole 10-14 MiB windows in
+//! flight two at a time.  The waits are timed: they are the agent's own
+//! measurement of the device's write bandwidth.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -16,8 +26,12 @@ use std::{
     thread::{self, JoinHandle},
 };
 
+use std::time::Instant;
+
 use crate::{
+    bandwidth::Sampler,
     counters::{Counters, ErrorKind},
+    devices::DeviceShared,
     handles::{ClosedFile, Handles},
 };
 
@@ -29,14 +43,11 @@ pub enum Target {
     Closed(ClosedFile),
 }
 
-/// Start writeback of [start, end) of a file; for held streams, then wait
-/// like Linus's loop for the span one window behind (`wait_behind`), which
-/// bounds what one stream keeps in flight without making the writer wait.
+/// Start writeback of [start, end) of a file.
 pub struct Flush {
     pub target: Target,
     pub start: u64,
     pub end: u64,
-    pub wait_behind: Option<(u64, u64)>,
 }
 
 /// Flushes submitted back to back, in order: a batch of closed files is
@@ -60,13 +71,14 @@ impl Flushers {
         Self { devices: HashMap::new(), counters, stopping: Arc::new(AtomicBool::new(false)) }
     }
 
-    pub fn submit(&mut self, bdi: &str, batch: Batch) {
+    pub fn submit(&mut self, bdi: &str, device: &Arc<DeviceShared>, batch: Batch) {
         let (tx, _) = self.devices.entry(bdi.to_owned()).or_insert_with(|| {
             let (tx, rx) = mpsc::channel();
             let (counters, stopping) = (self.counters.clone(), self.stopping.clone());
+            let device = device.clone();
             let handle = thread::Builder::new()
                 .name(format!("flush-{bdi}"))
-                .spawn(move || run(rx, counters, stopping))
+                .spawn(move || Submitter::new(device, counters, stopping).run(rx))
                 .expect("cannot spawn flusher thread");
             (tx, handle)
         });
@@ -126,25 +138,144 @@ impl Rounds {
     }
 }
 
-fn run(rx: mpsc::Receiver<Batch>, counters: Arc<Counters>, stopping: Arc<AtomicBool>) {
-    let mut handles = Handles::default();
-    let mut rounds = Rounds::default();
-    loop {
-        // Block only when there is nothing to do; otherwise take what came.
-        if rounds.is_empty() {
-            match rx.recv() {
-                Ok(b) => rounds.push(b),
-                Err(_) => return,
+/// A file kept open until its range is written, and what it stands for.
+struct InFlight {
+    file: Arc<OwnedFd>,
+    start: u64,
+    end: u64,
+    /// Bytes the wait covers: a run of closed files is waited for through
+    /// its last file (written in order, it finishes about last).
+    bytes: u64,
+    submitted: Instant,
+}
+
+struct Submitter {
+    device: Arc<DeviceShared>,
+    counters: Arc<Counters>,
+    stopping: Arc<AtomicBool>,
+    handles: Handles,
+    in_flight: VecDeque<InFlight>,
+    in_flight_bytes: u64,
+    /// When the last waited range completed: busy time starts after it.
+    last_done: Option<Instant>,
+    sampler: Sampler,
+}
+
+impl Submitter {
+    fn new(device: Arc<DeviceShared>, counters: Arc<Counters>, stopping: Arc<AtomicBool>) -> Self {
+        Self {
+            device,
+            counters,
+            stopping,
+            handles: Handles::default(),
+            in_flight: VecDeque::new(),
+            in_flight_bytes: 0,
+            last_done: None,
+            sampler: Sampler::default(),
+        }
+    }
+
+    fn run(mut self, rx: mpsc::Receiver<Batch>) {
+        let mut rounds = Rounds::default();
+        loop {
+            if rounds.is_empty() {
+                // Nothing queued: let what is in flight finish (a sample,
+                // and no file held while idle), then sleep until work comes.
+                self.wait_until(0);
+                match rx.recv() {
+                    Ok(b) => rounds.push(b),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(b) = rx.try_recv() {
+                rounds.push(b);
+            }
+            for batch in rounds.round() {
+                self.submit(batch);
+                self.handles.release();
             }
         }
-        while let Ok(b) = rx.try_recv() {
-            rounds.push(b);
-        }
-        for batch in rounds.round() {
-            for job in batch.flushes {
-                flush(job, &mut handles, &counters, &stopping);
+    }
+
+    /// Starts writeback of a batch, in order, one chunk at a time: after
+    /// each chunk, wait until only that chunk is in flight.  The whole
+    /// batch (a stream's window, a run of closed files) is submitted before
+    /// any other owner's, so delayed allocation lays it out in one piece
+    /// however small the chunks.
+    fn submit(&mut self, batch: Batch) {
+        let chunk = self.device.chunk();
+        // Taken before WRITE: on a congested queue it blocks while the
+        // device works through much of the range, and that is busy time.
+        let mut since = Instant::now();
+        let mut pending: u64 = 0;
+        let mut last = None;
+        for job in batch.flushes {
+            let file = match job.target {
+                Target::Held(file) => file,
+                Target::Closed(closed) => match self.handles.open(&closed) {
+                    Ok(file) => {
+                        self.counters.add(&self.counters.closed_files_flushed, 1);
+                        Arc::new(file)
+                    }
+                    Err(kind) => {
+                        self.counters.error(kind);
+                        continue;
+                    }
+                },
+            };
+            let mut at = job.start;
+            while at < job.end {
+                let to = job.end.min(at + chunk);
+                if let Err(e) = crate::sys::sync_file_range(file.as_raw_fd(), at, to, libc::SYNC_FILE_RANGE_WRITE) {
+                    self.counters.error(ErrorKind::SyncFailed);
+                    tracing::debug!(error = %e, "sync_file_range(WRITE) failed");
+                    break;
+                }
+                self.counters.add(&self.counters.bytes_flushed, to - at);
+                pending += to - at;
+                last = Some((file.clone(), at, to));
+                if pending >= chunk {
+                    self.in_flight(last.take().expect("just set"), pending, since);
+                    pending = 0;
+                    self.wait_until(chunk);
+                    since = Instant::now();
+                }
+                at = to;
             }
-            handles.release();
+            self.counters.add(&self.counters.spans_flushed, 1);
+        }
+        if let Some(last) = last {
+            self.in_flight(last, pending, since);
+            self.wait_until(chunk);
+        }
+    }
+
+    fn in_flight(&mut self, (file, start, end): (Arc<OwnedFd>, u64, u64), bytes: u64, submitted: Instant) {
+        self.in_flight.push_back(InFlight { file, start, end, bytes, submitted });
+        self.in_flight_bytes += bytes;
+    }
+
+    /// Waits, oldest first, until at most `bound` bytes are in flight.
+    /// WAIT_BEFORE only waits for writeback already under way; it never
+    /// starts WB_SYNC_ALL writeback (which hurt interactivity in 2012).
+    fn wait_until(&mut self, bound: u64) {
+        while self.in_flight_bytes > bound {
+            let f = self.in_flight.pop_front().expect("bytes in flight have entries");
+            self.in_flight_bytes -= f.bytes;
+            if self.stopping.load(Ordering::Relaxed) {
+                continue;
+            }
+            if crate::sys::sync_file_range(f.file.as_raw_fd(), f.start, f.end, libc::SYNC_FILE_RANGE_WAIT_BEFORE)
+                .is_err()
+            {
+                continue;
+            }
+            let done = Instant::now();
+            let busy_from = self.last_done.map_or(f.submitted, |t| t.max(f.submitted));
+            self.last_done = Some(done);
+            if let Some((bytes, busy)) = self.sampler.completed(f.bytes, done - busy_from) {
+                self.device.sample(bytes, busy);
+            }
         }
     }
 }
@@ -155,7 +286,7 @@ mod tests {
 
     fn batch(owner: u64, n: u64) -> Batch {
         let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: n, generation: 0, fs_root: 0 };
-        Batch { owner, flushes: vec![Flush { target: Target::Closed(f), start: 0, end: 1, wait_behind: None }] }
+        Batch { owner, flushes: vec![Flush { target: Target::Closed(f), start: 0, end: 1 }] }
     }
 
     fn inos(v: Vec<Batch>) -> Vec<u64> {
@@ -183,34 +314,5 @@ mod tests {
         assert_eq!(inos(r.round()), vec![13]);
         assert_eq!(inos(r.round()), vec![14]);
         assert!(r.is_empty());
-    }
-}
-
-fn flush(job: Flush, handles: &mut Handles, counters: &Counters, stopping: &AtomicBool) {
-    let opened;
-    let fd = match &job.target {
-        Target::Held(file) => file.as_raw_fd(),
-        Target::Closed(closed) => match handles.open(closed) {
-            Ok(file) => {
-                opened = file;
-                opened.as_raw_fd()
-            }
-            Err(kind) => return counters.error(kind),
-        },
-    };
-    if let Err(e) = crate::sys::sync_file_range(fd, job.start, job.end, libc::SYNC_FILE_RANGE_WRITE) {
-        counters.error(ErrorKind::SyncFailed);
-        tracing::debug!(error = %e, "sync_file_range(WRITE) failed");
-        return;
-    }
-    counters.add(&counters.spans_flushed, 1);
-    counters.add(&counters.bytes_flushed, job.end - job.start);
-    if matches!(job.target, Target::Closed(_)) {
-        counters.add(&counters.closed_files_flushed, 1);
-    }
-    if let Some((start, end)) = job.wait_behind.filter(|_| !stopping.load(Ordering::Relaxed)) {
-        // WAIT_BEFORE only: waits for writeback already under way, never
-        // starts WB_SYNC_ALL writeback (which hurt interactivity in 2012).
-        let _ = crate::sys::sync_file_range(fd, start, end, libc::SYNC_FILE_RANGE_WAIT_BEFORE);
     }
 }

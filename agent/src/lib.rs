@@ -3,15 +3,21 @@
 //!
 //! Modules by responsibility: `loader` (load and attach BPF), `intake` (ring
 //! buffer), `streams` (stream table), `flusher` (per-device submitters),
-//! `handles` (closed files by file handle), `policy`, `counters`, `sys`
-//! (syscall wrappers), `abi` (generated).
+//! `devices` (per-device windows and pacing), `bandwidth` (the estimator and
+//! window arithmetic), `pacing` (bdi dirty limits), `power`, `handles`
+//! (closed files by file handle), `policy`, `counters`, `sys` (syscall
+//! wrappers), `abi` (generated).
 
 pub mod abi;
+pub mod bandwidth;
 pub mod counters;
+pub mod devices;
 pub mod flusher;
 pub mod handles;
 pub mod intake;
 pub mod loader;
+pub mod pacing;
 pub mod policy;
+pub mod power;
 pub mod streams;
 pub mod sys;

@@ -55,10 +55,8 @@ impl Loaded {
     pub fn load_and_attach(cfg: wb_config) -> Result<Self> {
         let tracefs = TracefsMount::ensure()?;
         let btf = Btf::from_sys_fs().context("reading kernel BTF from /sys/kernel/btf/vmlinux")?;
-        let ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
-            .load(BPF_OBJECT)
-            .context("loading the BPF object into the kernel")?;
+        let ebpf =
+            EbpfLoader::new().btf(Some(&btf)).load(BPF_OBJECT).context("loading the BPF object into the kernel")?;
         let mut me = Self { ebpf, _tracefs: tracefs };
         me.set_config(cfg)?;
 
@@ -92,6 +90,14 @@ impl Loaded {
         Ok(())
     }
 
+    /// The maps that tune the in-kernel trigger; taken once, by `Devices`.
+    pub fn take_tuning(&mut self) -> Result<crate::devices::Tuning> {
+        let mut take = |name: &str| self.ebpf.take_map(name).with_context(|| format!("map {name} already taken"));
+        let config = Array::try_from(take("wb_config_map")?)?;
+        let windows = aya::maps::HashMap::try_from(take("dev_windows")?)?;
+        Ok(crate::devices::Tuning { config, windows })
+    }
+
     /// The ring buffer the programs report through; taken once by intake.
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>> {
         let map = self.ebpf.take_map("events").context("events ring buffer already taken")?;
@@ -100,8 +106,12 @@ impl Loaded {
 
     /// Sum over CPUs of one `stats` counter.
     pub fn stat(&self, which: wb_stat) -> u64 {
-        let Some(map) = self.ebpf.map("stats") else { return 0 };
-        let Ok(arr) = PerCpuArray::<_, u64>::try_from(map) else { return 0 };
+        let Some(map) = self.ebpf.map("stats") else {
+            return 0;
+        };
+        let Ok(arr) = PerCpuArray::<_, u64>::try_from(map) else {
+            return 0;
+        };
         arr.get(&(which as u32), 0).map(|v| v.iter().sum()).unwrap_or(0)
     }
 }
@@ -121,10 +131,7 @@ impl TracefsMount {
         let dst = std::ffi::CString::new(TRACEFS).unwrap();
         let r = unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), src.as_ptr(), 0, std::ptr::null()) };
         if r != 0 {
-            bail!(
-                "tracefs is not mounted at {TRACEFS} and mounting it failed: {}",
-                std::io::Error::last_os_error()
-            );
+            bail!("tracefs is not mounted at {TRACEFS} and mounting it failed: {}", std::io::Error::last_os_error());
         }
         Ok(Self { mounted: true })
     }

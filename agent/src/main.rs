@@ -6,7 +6,13 @@ use std::{io::IsTerminal, process::ExitCode, sync::Arc};
 use anyhow::Result;
 use tokio::signal::unix::{SignalKind, signal};
 use writebehindd::{
-    abi::wb_stat, counters::Counters, intake, loader::{self, Loaded}, policy::Policy,
+    abi::wb_stat,
+    counters::Counters,
+    devices::Devices,
+    intake,
+    loader::{self, Loaded},
+    pacing::Pacer,
+    policy::Policy,
     streams::StreamTable,
 };
 
@@ -58,9 +64,7 @@ fn main() -> ExitCode {
         },
     };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_target(false)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
@@ -76,15 +80,18 @@ fn main() -> ExitCode {
 
 fn run(policy: Policy) -> Result<()> {
     loader::check_environment()?;
-    let mut loaded = Loaded::load_and_attach(policy.bpf_config())?;
+    // Before anything is attached: put back bdi limits a killed run left.
+    let pacer = Pacer::new();
+    let mut loaded = Loaded::load_and_attach(policy.bpf_config(false))?;
     let events = loaded.take_events()?;
+    let tuning = loaded.take_tuning()?;
     tracing::info!(
-        window = policy.window.0, burst = policy.burst.0, backend = "tracepoint",
+        window = ?policy.window, burst = policy.burst.0, pacing = policy.pacing, backend = "tracepoint",
         "attached; watching for streaming writers"
     );
 
     let counters = Arc::new(Counters::default());
-    let mut table = StreamTable::new(counters.clone(), policy.window.0);
+    let mut table = StreamTable::new(counters.clone(), Devices::new(policy, Some(tuning), pacer));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         let mut term = signal(SignalKind::terminate())?;

@@ -12,6 +12,7 @@ use std::{
 use crate::{
     abi::{EventKind, wb_event},
     counters::{Counters, ErrorKind},
+    devices::Devices,
     flusher::{Batch, Flush, Flushers, Target},
     handles::ClosedFile,
     sys::{self, FileId},
@@ -42,8 +43,6 @@ struct Stream {
     started: Instant,
     bytes: u64,
     spans: u64,
-    /// The last span handed to writeback: the next span waits for it.
-    last_span: Option<(u64, u64)>,
 }
 
 /// Closed files of one writer waiting to be submitted together.
@@ -56,6 +55,7 @@ struct Pending {
 /// A process whose closed files are being flushed (tar x, cp -r, rsync).
 struct Writer {
     comm: String,
+    bdi: String,
     files: u64,
     bytes: u64,
     started: Instant,
@@ -68,14 +68,14 @@ pub struct StreamTable {
     pending: HashMap<(String, u32), Pending>,
     writers: HashMap<u32, Writer>,
     flushers: Flushers,
+    devices: Devices,
     counters: Arc<Counters>,
-    window: u64,
     next_id: u64,
 }
 
 /// Writeback of the event's range of `target`, waiting for nothing.
 fn flush_of(ev: &wb_event, target: Target) -> Flush {
-    Flush { target, start: ev.start, end: ev.end, wait_behind: None }
+    Flush { target, start: ev.start, end: ev.end }
 }
 
 /// What names the event's inode for good, to open it by handle.
@@ -90,14 +90,14 @@ fn closed_file(key: StreamKey, ev: &wb_event) -> ClosedFile {
 }
 
 impl StreamTable {
-    pub fn new(counters: Arc<Counters>, window: u64) -> Self {
+    pub fn new(counters: Arc<Counters>, devices: Devices) -> Self {
         Self {
             streams: HashMap::new(),
             pending: HashMap::new(),
             writers: HashMap::new(),
             flushers: Flushers::new(counters.clone()),
+            devices,
             counters,
-            window,
             next_id: 0,
         }
     }
@@ -111,11 +111,7 @@ impl StreamTable {
 
     pub fn handle(&mut self, kind: EventKind, ev: &wb_event) {
         self.counters.add(&self.counters.events, 1);
-        let key = StreamKey {
-            tgid: ev.tgid,
-            fd: ev.fd,
-            file: FileId { dev: ev.st_dev(), ino: ev.ino },
-        };
+        let key = StreamKey { tgid: ev.tgid, fd: ev.fd, file: FileId { dev: ev.st_dev(), ino: ev.ino } };
         match kind {
             EventKind::Span => self.span(key, ev),
             EventKind::Close => self.close(key, ev),
@@ -123,6 +119,7 @@ impl StreamTable {
     }
 
     fn span(&mut self, key: StreamKey, ev: &wb_event) {
+        let dev = self.devices.note(ev);
         if !self.streams.contains_key(&key) {
             match sys::open_writer_file(key.tgid, key.fd, key.file) {
                 Ok((file, pidfd)) => {
@@ -135,7 +132,6 @@ impl StreamTable {
                         started: Instant::now(),
                         bytes: 0,
                         spans: 0,
-                        last_span: None,
                     };
                     tracing::info!(
                         pid = key.tgid, comm = %stream.comm, fd = key.fd, ino = key.file.ino,
@@ -148,7 +144,7 @@ impl StreamTable {
                     // The writer moved on (closed the fd, reused it, exited)
                     // before the agent got there: reach the inode by handle.
                     let job = flush_of(ev, Target::Closed(closed_file(key, ev)));
-                    self.flushers.submit(&ev.bdi(), Batch { owner: key.tgid as u64, flushes: vec![job] });
+                    self.flushers.submit(&ev.bdi(), &dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
                     return;
                 }
                 Err(kind) => {
@@ -161,25 +157,25 @@ impl StreamTable {
         let s = self.streams.get_mut(&key).expect("inserted above");
         s.bytes += ev.end - ev.start;
         s.spans += 1;
-        let wait_behind = s.last_span.replace((ev.start, ev.end));
-        let job = Flush { wait_behind, ..flush_of(ev, Target::Held(s.file.clone())) };
-        self.flushers.submit(&s.bdi, Batch { owner: s.id, flushes: vec![job] });
+        let job = flush_of(ev, Target::Held(s.file.clone()));
+        self.flushers.submit(&s.bdi, &dev, Batch { owner: s.id, flushes: vec![job] });
     }
 
     /// The writer closed the file: hand its tail to writeback.  A stream's
     /// file is held; any other file is reached by handle, in a batch.
     fn close(&mut self, key: StreamKey, ev: &wb_event) {
         let tail = ev.end - ev.start;
+        let dev = self.devices.note(ev);
         if let Some(s) = self.streams.remove(&key) {
             let job = flush_of(ev, Target::Held(s.file.clone()));
-            self.flushers.submit(&s.bdi, Batch { owner: s.id, flushes: vec![job] });
+            self.flushers.submit(&s.bdi, &dev, Batch { owner: s.id, flushes: vec![job] });
             self.ended(key, s, tail, "closed");
             return;
         }
         let now = Instant::now();
         let w = self.writers.entry(key.tgid).or_insert_with(|| {
             tracing::info!(pid = key.tgid, comm = %ev.comm(), bdi = %ev.bdi(), "multi-file writer started");
-            Writer { comm: ev.comm(), files: 0, bytes: 0, started: now, last: now }
+            Writer { comm: ev.comm(), bdi: ev.bdi(), files: 0, bytes: 0, started: now, last: now }
         });
         w.files += 1;
         w.bytes += tail;
@@ -193,20 +189,21 @@ impl StreamTable {
         });
         p.batch.flushes.push(job);
         p.bytes += tail;
-        if p.bytes >= self.window || p.batch.flushes.len() >= BATCH_FILES {
+        if p.bytes >= self.devices.window(&slot.0) || p.batch.flushes.len() >= BATCH_FILES {
             let p = self.pending.remove(&slot).expect("just used");
-            self.flushers.submit(&slot.0, p.batch);
+            self.flushers.submit(&slot.0, &dev, p.batch);
         }
     }
 
-    /// Submits batches that waited long enough; reports idle writers.
+    /// Submits batches that waited long enough; reports idle writers;
+    /// resizes windows and paces devices.
     pub fn tick(&mut self) {
         let now = Instant::now();
         let due: Vec<(String, u32)> =
             self.pending.iter().filter(|(_, p)| now - p.since >= BATCH_AGE).map(|(k, _)| k.clone()).collect();
         for slot in due {
             let p = self.pending.remove(&slot).expect("listed above");
-            self.flushers.submit(&slot.0, p.batch);
+            self.submit_pending(&slot.0, p);
         }
         self.writers.retain(|pid, w| {
             let idle = now - w.last >= WRITER_IDLE;
@@ -218,6 +215,16 @@ impl StreamTable {
             }
             !idle
         });
+        let mut active: HashMap<String, u64> = HashMap::new();
+        for bdi in self.streams.values().map(|s| &s.bdi).chain(self.writers.values().map(|w| &w.bdi)) {
+            *active.entry(bdi.clone()).or_default() += 1;
+        }
+        self.devices.tick(&active);
+    }
+
+    fn submit_pending(&mut self, bdi: &str, p: Pending) {
+        let dev = self.devices.device(bdi);
+        self.flushers.submit(bdi, &dev, p.batch);
     }
 
     /// Drops streams whose writer exited without the agent seeing a close
@@ -243,9 +250,10 @@ impl StreamTable {
     /// Ends every stream (daemon shutdown) after queued spans are submitted.
     pub fn shutdown(&mut self) {
         for ((bdi, _), p) in std::mem::take(&mut self.pending) {
-            self.flushers.submit(&bdi, p.batch);
+            self.submit_pending(&bdi, p);
         }
         self.flushers.shutdown();
+        self.devices.shutdown();
         for (key, s) in std::mem::take(&mut self.streams) {
             self.ended(key, s, 0, "daemon stopping");
         }

@@ -1,0 +1,274 @@
+//! Per-device write bandwidth: what the windows and the pacing budget are
+//! sized from (seed 004: "tie it to the device's measured write bandwidth").
+//!
+//! Two sources.  The agent's own writeback: the flusher times each range
+//! from submission to completion, counting only time the device was busy
+//! with the agent's work, so idle periods do not dilute it.  And the
+//! kernel's `avg_write_bandwidth` of the bdi, which BPF reads into every
+//! event: it counts every writer of the device, which the agent's own
+//! samples do not when others share it.  The kernel's estimate starts at
+//! 100 MB/s for a device it never measured and moves towards the truth over
+//! seconds (Khlebnikov: wrong for a freshly plugged slow stick), so it is
+//! believed only once it has moved and the agent's samples had time to
+//! confirm it; before any sample the agent slow-starts: a small estimate
+//! that at most doubles per completed sample.
+
+use std::time::Duration;
+
+/// The kernel's initial estimate (INIT_BW in mm/page-writeback.c: 100 MB/s).
+pub const KERNEL_INIT_BW: u64 = 100 << 20;
+/// Samples after which the kernel's estimate (smoothed over ~3 s) has had
+/// time to converge and may raise the agent's.
+const TRUST_KERNEL_AFTER: u32 = 8;
+/// Weight of a new sample in the moving average.  The average is of bytes
+/// and of seconds separately (a time-weighted rate): averaging rates would
+/// let a few short, fast completions (ranges written in parallel with the
+/// one before) inflate it.
+const EWMA: f64 = 0.25;
+
+#[derive(Debug, Clone)]
+pub struct Estimator {
+    /// Bytes per second, from the agent's own completions.
+    own: Option<f64>,
+    /// Their moving sums, bytes and seconds.
+    sums: (f64, f64),
+    samples: u32,
+    slow_start: bool,
+    /// Before any sample: the slow-start estimate.
+    initial: f64,
+    /// The kernel's estimate, once it has left its initial value.
+    kernel: Option<f64>,
+}
+
+impl Estimator {
+    /// `initial` bytes per second until something is measured.
+    pub fn new(initial: u64) -> Self {
+        Self { own: None, sums: (0.0, 0.0), samples: 0, slow_start: true, initial: initial as f64, kernel: None }
+    }
+
+    /// `bytes` of the agent's writeback completed after `busy` of device time.
+    /// Short samples are mostly latency; callers pool them (see `Sampler`).
+    pub fn sample(&mut self, bytes: u64, busy: Duration) {
+        let secs = busy.as_secs_f64();
+        if bytes == 0 || secs <= 0.0 {
+            return;
+        }
+        let rate = bytes as f64 / secs;
+        let prev = self.estimate() as f64;
+        let was_slow = self.slow_start;
+        self.own = Some(match self.own {
+            // Slow start: one sample may at most double the estimate, so a
+            // lucky fast completion (a cache in front of a slow stick)
+            // cannot open the windows at once.  It ends with the first
+            // sample that does not hit that cap.
+            _ if self.slow_start => {
+                self.slow_start = rate >= 2.0 * prev;
+                rate.min(2.0 * prev)
+            }
+            _ => {
+                self.sums.0 += EWMA * (bytes as f64 - self.sums.0);
+                self.sums.1 += EWMA * (secs - self.sums.1);
+                self.sums.0 / self.sums.1
+            }
+        });
+        if was_slow {
+            // Until it ends, the sums start from the capped estimate.
+            let own = self.own.unwrap_or(rate);
+            self.sums = (own * secs, secs);
+        }
+        self.samples = self.samples.saturating_add(1);
+    }
+
+    /// The kernel's avg_write_bandwidth for the device, in bytes per second.
+    pub fn kernel(&mut self, bw: u64) {
+        if bw != 0 && (bw != KERNEL_INIT_BW || self.kernel.is_some()) {
+            self.kernel = Some(bw as f64);
+        }
+    }
+
+    /// Bytes per second.
+    pub fn estimate(&self) -> u64 {
+        let est = match (self.own, self.kernel) {
+            (Some(own), Some(k)) if self.samples >= TRUST_KERNEL_AFTER => own.max(k),
+            (Some(own), _) => own,
+            // Measured by the kernel before the agent wrote anything (the
+            // daemon restarted, another writer used it): start from that.
+            (None, Some(k)) => k,
+            (None, None) => self.initial,
+        };
+        est as u64
+    }
+
+    pub fn measured(&self) -> bool {
+        self.own.is_some() || self.kernel.is_some()
+    }
+}
+
+/// Pools completions into samples of at least MIN_SAMPLE of busy time, and
+/// counts only time with something in flight.
+#[derive(Debug, Default)]
+pub struct Sampler {
+    bytes: u64,
+    busy: Duration,
+}
+
+const MIN_SAMPLE: Duration = Duration::from_millis(200);
+
+impl Sampler {
+    /// A range of `bytes` completed after `busy` of device time: a sample
+    /// once enough has accumulated.
+    pub fn completed(&mut self, bytes: u64, busy: Duration) -> Option<(u64, Duration)> {
+        self.bytes += bytes;
+        self.busy += busy;
+        if self.busy < MIN_SAMPLE {
+            return None;
+        }
+        Some((std::mem::take(&mut self.bytes), std::mem::take(&mut self.busy)))
+    }
+}
+
+/// Sizing rules from the policy, applied to a bandwidth.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sizing {
+    pub window_seconds: f64,
+    pub min_window: u64,
+    pub max_window: u64,
+    pub dirty_seconds: f64,
+}
+
+impl Sizing {
+    /// The window for a device: `window_seconds` of its bandwidth, within
+    /// [min_window, max_window], and never below one maximal request
+    /// (smaller spans would only split the device's requests).
+    pub fn window(&self, bw: u64, max_request: u64) -> u64 {
+        let w = (bw as f64 * self.window_seconds) as u64;
+        round_pages(w.clamp(self.min_window, self.max_window).max(max_request))
+    }
+
+    /// The dirty budget for pacing: `dirty_seconds` of bandwidth, but room
+    /// for every active stream's open window plus what is in flight, so
+    /// the kernel's own background writeback (which interleaves files)
+    /// stays out of the way.
+    pub fn dirty_budget(&self, bw: u64, window: u64, streams: u64) -> u64 {
+        let by_time = (bw as f64 * self.dirty_seconds) as u64;
+        let by_windows = window.saturating_mul(2 * streams.max(1) + 2);
+        round_pages(by_time.max(by_windows))
+    }
+}
+
+fn round_pages(b: u64) -> u64 {
+    b.div_ceil(4096) * 4096
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn slow_start_doubles_at_most_per_sample() {
+        let mut e = Estimator::new(4 * MIB);
+        assert_eq!(e.estimate(), 4 * MIB);
+        // The device really does 100 MiB/s: the estimate climbs 8, 16, 32,
+        // 64, then takes the first sample below the cap as it is.
+        for want in [8, 16, 32, 64, 100] {
+            e.sample(100 * MIB, Duration::from_secs(1));
+            assert_eq!(e.estimate(), want * MIB);
+        }
+        // After slow start, one odd sample moves it only part of the way.
+        e.sample(20 * MIB, Duration::from_secs(1));
+        assert_eq!(e.estimate(), 80 * MIB);
+        e.sample(100 * MIB, Duration::from_secs(1));
+        assert_eq!(e.estimate(), 85 * MIB);
+    }
+
+    #[test]
+    fn fast_short_completions_do_not_inflate_the_rate() {
+        let mut e = Estimator::new(100 * MIB);
+        e.sample(100 * MIB, Duration::from_secs(1)); // ends slow start at 100
+        // The device does 100 MiB/s; completions come in a long one and a
+        // short one (written in parallel with it): 90 MiB in 0.9 s, 10 MiB
+        // in 0.1 s.  The mean of their rates would be 100 for each pair
+        // anyway; with 90 MiB/0.5 s and 10 MiB/0.5 s (180 and 20), the
+        // mean of rates stays 100, and so must the time-weighted rate.
+        for _ in 0..50 {
+            e.sample(90 * MIB, Duration::from_millis(500));
+            e.sample(10 * MIB, Duration::from_millis(500));
+        }
+        let est = e.estimate() as f64 / MIB as f64;
+        assert!((85.0..=115.0).contains(&est), "{est}");
+        // Short and fast, long and slow: rates 200 and 50 (mean 125), time-weighted 80.
+        for _ in 0..50 {
+            e.sample(20 * MIB, Duration::from_millis(100));
+            e.sample(50 * MIB, Duration::from_secs(1));
+        }
+        let est = e.estimate() as f64 / MIB as f64;
+        assert!(est < 100.0, "{est}");
+    }
+
+    #[test]
+    fn kernel_initial_value_is_not_believed() {
+        let mut e = Estimator::new(4 * MIB);
+        e.kernel(KERNEL_INIT_BW);
+        assert_eq!(e.estimate(), 4 * MIB);
+        assert!(!e.measured());
+        // Once it moved, it is a prior for a device the agent never timed.
+        e.kernel(80 * MIB);
+        assert_eq!(e.estimate(), 80 * MIB);
+        // ...and from then on even its initial value is a real measurement.
+        e.kernel(KERNEL_INIT_BW);
+        assert_eq!(e.estimate(), KERNEL_INIT_BW);
+    }
+
+    #[test]
+    fn slow_stick_is_not_overestimated_while_the_kernel_converges() {
+        // A 30 MiB/s stick; the kernel's estimate drifts down from 100 MB/s.
+        let mut e = Estimator::new(4 * MIB);
+        for k in [95, 90, 80] {
+            e.kernel(k * MIB);
+            e.sample(30 * MIB, Duration::from_secs(1));
+        }
+        assert!(e.estimate() <= 30 * MIB, "{}", e.estimate() / MIB);
+    }
+
+    #[test]
+    fn shared_device_uses_the_kernel_once_converged() {
+        // Another writer takes half the device: the agent's own completions
+        // see 50 MiB/s, the kernel's estimate counts both: 100 MiB/s.
+        let mut e = Estimator::new(4 * MIB);
+        for _ in 0..TRUST_KERNEL_AFTER + 10 {
+            e.kernel(100 * MIB + 1);
+            e.sample(50 * MIB, Duration::from_secs(1));
+        }
+        assert_eq!(e.estimate(), 100 * MIB + 1);
+    }
+
+    #[test]
+    fn idle_time_is_not_a_sample() {
+        let mut s = Sampler::default();
+        assert_eq!(s.completed(MIB, Duration::from_millis(10)), None);
+        assert_eq!(s.completed(4 * MIB, Duration::from_millis(190)), Some((5 * MIB, Duration::from_millis(200))));
+        assert_eq!(s.completed(MIB, Duration::ZERO), None);
+    }
+
+    #[test]
+    fn windows_follow_bandwidth_within_bounds() {
+        let z = Sizing { window_seconds: 0.5, min_window: 2 * MIB, max_window: 64 * MIB, dirty_seconds: 1.0 };
+        assert_eq!(z.window(100 * MIB, 0), 50 * MIB);
+        assert_eq!(z.window(30 * MIB, 0), 15 * MIB);
+        assert_eq!(z.window(MIB, 0), 2 * MIB);
+        assert_eq!(z.window(2000 * MIB, 0), 64 * MIB);
+        // Never below one maximal request of the device.
+        assert_eq!(z.window(MIB, 4 * MIB), 4 * MIB);
+        // Page aligned.
+        assert_eq!(z.window(3 * MIB + 7, 0) % 4096, 0);
+    }
+
+    #[test]
+    fn budget_leaves_room_for_every_stream() {
+        let z = Sizing { window_seconds: 0.5, min_window: 2 * MIB, max_window: 64 * MIB, dirty_seconds: 1.0 };
+        assert_eq!(z.dirty_budget(100 * MIB, 8 * MIB, 1), 100 * MIB);
+        assert_eq!(z.dirty_budget(100 * MIB, 8 * MIB, 30), 8 * MIB * 62);
+    }
+}

@@ -1,0 +1,257 @@
+//! Per-device state: each backing device's bandwidth estimate, the window
+//! derived from it (pushed to BPF, where the in-kernel trigger uses it), and
+//! whether the device is being paced.  Owned by the intake task; the part a
+//! flusher thread needs (`DeviceShared`) is shared with it.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+    time::{Duration, Instant},
+};
+
+use aya::maps::{Array, HashMap as BpfHashMap, MapData};
+
+use crate::{
+    abi::{wb_config, wb_event},
+    bandwidth::{Estimator, Sizing},
+    pacing::Pacer,
+    policy::{OnBattery, Policy},
+    power,
+};
+
+/// A device stays paced this long after its last event, so that a writer
+/// between two files is not released and re-throttled.
+const LINGER: Duration = Duration::from_secs(2);
+/// The budget is rewritten only when it moved by more than this fraction.
+const BUDGET_SLACK: f64 = 0.1;
+const POWER_CHECK: Duration = Duration::from_secs(5);
+
+/// What a device's flusher thread and the intake task share.
+pub struct DeviceShared {
+    est: Mutex<Estimator>,
+    window: AtomicU64,
+    chunk: AtomicU64,
+}
+
+impl DeviceShared {
+    pub fn window(&self) -> u64 {
+        self.window.load(Relaxed)
+    }
+
+    /// What the flusher submits at a time, and so keeps in flight.
+    pub fn chunk(&self) -> u64 {
+        self.chunk.load(Relaxed)
+    }
+
+    /// The flusher measured `bytes` written in `busy` of device time.
+    pub fn sample(&self, bytes: u64, busy: Duration) {
+        self.est.lock().unwrap().sample(bytes, busy);
+    }
+
+    /// Bytes per second.
+    pub fn bandwidth(&self) -> u64 {
+        self.est.lock().unwrap().estimate()
+    }
+}
+
+/// The BPF maps the agent tunes the in-kernel trigger through.
+pub struct Tuning {
+    pub config: Array<MapData, wb_config>,
+    pub windows: BpfHashMap<MapData, u32, u64>,
+}
+
+struct Device {
+    shared: Arc<DeviceShared>,
+    /// Superblocks on this device (btrfs: one bdi, several may appear).
+    sb_devs: HashSet<u32>,
+    /// One maximal request of the device, the floor of its window.
+    max_request: u64,
+    last_event: Instant,
+    /// The dirty cap the agent set, 0 when not pacing.
+    budget: u64,
+}
+
+pub struct Devices {
+    policy: Policy,
+    tuning: Option<Tuning>,
+    pacer: Pacer,
+    devs: HashMap<String, Device>,
+    power_dir: PathBuf,
+    on_battery: bool,
+    power_checked: Option<Instant>,
+    page_size: u64,
+}
+
+impl Devices {
+    pub fn new(policy: Policy, tuning: Option<Tuning>, pacer: Pacer) -> Self {
+        let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+        Self {
+            policy,
+            tuning,
+            pacer,
+            devs: HashMap::new(),
+            power_dir: power::POWER_SUPPLY.into(),
+            on_battery: false,
+            power_checked: None,
+            page_size,
+        }
+    }
+
+    /// Where power supplies are read from (tests point it at a fake).
+    pub fn set_power_dir(&mut self, dir: PathBuf) {
+        self.power_dir = dir;
+        self.power_checked = None;
+    }
+
+    /// The sizing in force (None: fixed windows).
+    fn sizing(&self) -> Option<Sizing> {
+        self.policy.sizing(self.on_battery)
+    }
+
+    fn initial_window(&self) -> u64 {
+        self.policy.bpf_config(false).window
+    }
+
+    /// Records what an event says about its device; returns the device.
+    pub fn note(&mut self, ev: &wb_event) -> Arc<DeviceShared> {
+        let bdi = ev.bdi();
+        let window = self.initial_window();
+        let initial_bw = (self.policy.min_window.0 as f64 / self.policy.window_seconds) as u64;
+        let in_flight = self.policy.in_flight_seconds;
+        let dev = self.devs.entry(bdi.clone()).or_insert_with(|| {
+            let max_request = max_request(&bdi);
+            tracing::debug!(bdi, max_request, "new device");
+            Device {
+                shared: Arc::new(DeviceShared {
+                    est: Mutex::new(Estimator::new(initial_bw)),
+                    window: AtomicU64::new(window),
+                    chunk: AtomicU64::new(chunk_for(initial_bw, in_flight, max_request)),
+                }),
+                sb_devs: HashSet::new(),
+                max_request,
+                last_event: Instant::now(),
+                budget: 0,
+            }
+        });
+        dev.shared.est.lock().unwrap().kernel(ev.bdi_bw_pages * self.page_size);
+        dev.last_event = Instant::now();
+        let unpaced = dev.budget == 0;
+        if dev.sb_devs.insert(ev.sb_dev)
+            && let Some(t) = &mut self.tuning
+        {
+            let _ = t.windows.insert(ev.sb_dev, dev.shared.window(), 0);
+        }
+        let shared = dev.shared.clone();
+        if unpaced && self.policy.pacing {
+            // A writer faster than the device piles up ~100 MiB per 100 ms
+            // tick: start pacing now, not at the next tick.
+            self.tick_one(&bdi, 1);
+        }
+        shared
+    }
+
+    /// A device an event was noted for.
+    pub fn device(&self, bdi: &str) -> Arc<DeviceShared> {
+        self.devs.get(bdi).expect("devices are noted before they are used").shared.clone()
+    }
+
+    /// The device's window (the configured one for a device never seen).
+    pub fn window(&self, bdi: &str) -> u64 {
+        self.devs.get(bdi).map_or_else(|| self.initial_window(), |d| d.shared.window())
+    }
+
+    /// Resizes windows from the latest estimates and paces the devices with
+    /// active streaming writers.  `active`: streams and multi-file writers
+    /// per device.
+    pub fn tick(&mut self, active: &HashMap<String, u64>) {
+        self.check_power();
+        let bdis: Vec<String> = self.devs.keys().cloned().collect();
+        for bdi in bdis {
+            let streams = active.get(&bdi).copied().unwrap_or(0);
+            self.tick_one(&bdi, streams);
+        }
+    }
+
+    fn tick_one(&mut self, bdi: &str, streams: u64) {
+        let sizing = self.sizing();
+        let pacing = self.policy.pacing && !(self.on_battery && self.policy.on_battery == OnBattery::Off);
+        let fixed = self.initial_window();
+        let in_flight = self.policy.in_flight_seconds;
+        let dirty_seconds = self.policy.dirty_seconds;
+        let Some(dev) = self.devs.get_mut(bdi) else {
+            return;
+        };
+        let bw = dev.shared.bandwidth();
+        dev.shared.chunk.store(chunk_for(bw, in_flight, dev.max_request), Relaxed);
+        let window = sizing.map_or(fixed, |z| z.window(bw, dev.max_request));
+        if window != dev.shared.window.swap(window, Relaxed)
+            && let Some(t) = &mut self.tuning
+        {
+            for sb in &dev.sb_devs {
+                let _ = t.windows.insert(*sb, window, 0);
+            }
+            tracing::debug!(bdi, bw, window, "window resized");
+        }
+        let busy = streams > 0 || dev.last_event.elapsed() < LINGER;
+        if pacing && busy {
+            let z =
+                sizing.unwrap_or(Sizing { window_seconds: 0.0, min_window: window, max_window: window, dirty_seconds });
+            let budget = z.dirty_budget(bw, window, streams);
+            let moved = (budget as f64 - dev.budget as f64).abs() > BUDGET_SLACK * dev.budget as f64;
+            if dev.budget == 0 || moved {
+                dev.budget = match self.pacer.pace(bdi, budget) {
+                    Ok(true) => budget,
+                    Ok(false) => 0,
+                    Err(e) => {
+                        tracing::warn!(bdi, error = %format!("{e:#}"), "cannot pace device");
+                        0
+                    }
+                };
+            }
+        } else if dev.budget != 0 || self.pacer.is_paced(bdi) {
+            self.pacer.release(bdi);
+            dev.budget = 0;
+        }
+    }
+
+    fn check_power(&mut self) {
+        if self.power_checked.is_some_and(|t| t.elapsed() < POWER_CHECK) {
+            return;
+        }
+        self.power_checked = Some(Instant::now());
+        let on_battery = power::on_battery(&self.power_dir);
+        if on_battery == self.on_battery {
+            return;
+        }
+        self.on_battery = on_battery;
+        tracing::info!(on_battery, policy = ?self.policy.on_battery, "power source changed");
+        if let Some(t) = &mut self.tuning {
+            let _ = t.config.set(0, self.policy.bpf_config(on_battery), 0);
+        }
+    }
+
+    /// Puts every bdi limit the agent changed back (daemon stopping).
+    pub fn shutdown(&mut self) {
+        self.pacer.release_all();
+    }
+}
+
+/// The flusher's chunk (see flusher.rs): `seconds` of bandwidth, at least
+/// one maximal request (and 1 MiB), in whole pages.
+fn chunk_for(bw: u64, seconds: f64, max_request: u64) -> u64 {
+    let c = ((bw as f64 * seconds) as u64).max(max_request).max(1 << 20);
+    c.div_ceil(4096) * 4096
+}
+
+/// /sys/dev/block/<maj:min>/queue/max_sectors_kb in bytes; 0 for devices
+/// that are not block devices (btrfs's own bdi, network filesystems).
+fn max_request(bdi: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/dev/block/{bdi}/queue/max_sectors_kb"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}

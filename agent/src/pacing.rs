@@ -1,0 +1,313 @@
+//! Pacing writers faster than their device.
+//!
+//! BPF cannot make a writer sleep; the kernel can.  A bdi's `max_bytes`
+//! (6.2+) caps the dirty data the device may hold, and `strict_limit` makes
+//! balance_dirty_pages() apply that cap even while the system as a whole is
+//! far below its limits — the kernel's own IO-less throttle (seed 003) then
+//! paces every dirtier of that device to its write bandwidth.  The agent
+//! sets them only while streaming writers are active on the device.
+//!
+//! These are the administrator's settings.  Their values are journaled
+//! under /run before the first change and put back when pacing ends, when
+//! the daemon stops, and, after a crash, when it starts again.  A knob that
+//! no longer holds what the agent wrote was changed by someone else: the
+//! agent steps aside for that device (and neither restores nor touches it).
+
+use std::{
+    collections::{HashMap, HashSet},
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result};
+
+pub const JOURNAL: &str = "/run/writebehindd/paced-bdis";
+pub const SYSFS_BDI: &str = "/sys/class/bdi";
+
+/// The two knobs' values as the kernel reports them.  The ceiling is kept as
+/// `max_ratio_fine` (parts per million of the dirty limit): `max_bytes` reads
+/// back as a share of a limit that moves with free memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Values {
+    max_ratio_fine: String,
+    strict_limit: String,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    original: Values,
+    ours: Values,
+}
+
+pub struct Pacer {
+    root: PathBuf,
+    journal: PathBuf,
+    paced: HashMap<String, Entry>,
+    /// Devices whose knobs someone else changed while we paced them.
+    hands_off: HashSet<String>,
+}
+
+impl Pacer {
+    /// A pacer for the real sysfs, after putting back what a previous run
+    /// of the daemon left set (it crashed or was killed).
+    pub fn new() -> Self {
+        Self::with_paths(SYSFS_BDI.into(), JOURNAL.into())
+    }
+
+    pub fn with_paths(root: PathBuf, journal: PathBuf) -> Self {
+        let mut me = Self { root, journal, paced: HashMap::new(), hands_off: HashSet::new() };
+        me.recover();
+        me
+    }
+
+    /// Whether the kernel offers per-bdi byte limits for this device.
+    pub fn available(&self, bdi: &str) -> bool {
+        self.knob(bdi, "max_bytes").exists() && self.knob(bdi, "strict_limit").exists()
+    }
+
+    pub fn is_paced(&self, bdi: &str) -> bool {
+        self.paced.contains_key(bdi)
+    }
+
+    /// Caps `bdi` at `budget` dirty bytes, strictly.  Returns false if the
+    /// agent stepped aside for this device.
+    pub fn pace(&mut self, bdi: &str, budget: u64) -> Result<bool> {
+        if self.hands_off.contains(bdi) || !self.available(bdi) {
+            return Ok(false);
+        }
+        let now = self.read(bdi)?;
+        let original = match self.paced.get(bdi) {
+            Some(e) if e.ours != now => {
+                self.step_aside(bdi, &now);
+                return Ok(false);
+            }
+            Some(e) => e.original.clone(),
+            None => now,
+        };
+        // Journal first: a crash between the writes must not lose the
+        // administrator's values.
+        let placeholder = Entry { original: original.clone(), ours: original.clone() };
+        let first = self.paced.insert(bdi.to_owned(), placeholder).is_none();
+        if first {
+            self.save_journal()?;
+        }
+        fs::write(self.knob(bdi, "max_bytes"), budget.to_string())
+            .with_context(|| format!("setting bdi {bdi} max_bytes"))?;
+        fs::write(self.knob(bdi, "strict_limit"), "1").with_context(|| format!("setting bdi {bdi} strict_limit"))?;
+        let ours = self.read(bdi)?;
+        self.paced.insert(bdi.to_owned(), Entry { original, ours });
+        self.save_journal()?;
+        if first {
+            tracing::info!(bdi, budget, "pacing on: bdi strict_limit with max_bytes");
+        }
+        Ok(true)
+    }
+
+    /// Puts the administrator's values back on `bdi`.
+    pub fn release(&mut self, bdi: &str) {
+        let Some(e) = self.paced.remove(bdi) else {
+            return;
+        };
+        match self.read(bdi) {
+            Ok(now) if now == e.ours => {
+                if let Err(err) = self.write(bdi, &e.original) {
+                    tracing::warn!(bdi, error = %format!("{err:#}"), "could not restore bdi limits");
+                } else {
+                    tracing::info!(bdi, "pacing off: bdi limits restored");
+                }
+            }
+            Ok(now) => {
+                self.paced.insert(bdi.to_owned(), e);
+                self.step_aside(bdi, &now);
+            }
+            Err(err) => {
+                tracing::warn!(bdi, error = %format!("{err:#}"), "bdi gone before its limits were restored")
+            }
+        }
+        let _ = self.save_journal();
+    }
+
+    /// Releases every device (daemon stopping).
+    pub fn release_all(&mut self) {
+        let bdis: Vec<String> = self.paced.keys().cloned().collect();
+        for bdi in bdis {
+            self.release(&bdi);
+        }
+    }
+
+    fn step_aside(&mut self, bdi: &str, now: &Values) {
+        tracing::warn!(
+            bdi, max_ratio_fine = %now.max_ratio_fine, strict_limit = %now.strict_limit,
+            "bdi limits changed by someone else: not pacing this device any more, and leaving them as they are"
+        );
+        self.paced.remove(bdi);
+        self.hands_off.insert(bdi.to_owned());
+        let _ = self.save_journal();
+    }
+
+    /// Restores what a previous run journaled, where the knobs still hold
+    /// what that run wrote.
+    fn recover(&mut self) {
+        let Ok(text) = fs::read_to_string(&self.journal) else {
+            return;
+        };
+        for line in text.lines() {
+            let f: Vec<&str> = line.split('\t').collect();
+            let [bdi, o_ratio, o_strict, w_ratio, w_strict] = f[..] else {
+                tracing::warn!(line, journal = %self.journal.display(), "ignoring a malformed journal line");
+                continue;
+            };
+            let v = |r: &str, s: &str| Values { max_ratio_fine: r.into(), strict_limit: s.into() };
+            let e = Entry { original: v(o_ratio, o_strict), ours: v(w_ratio, w_strict) };
+            tracing::info!(bdi, "restoring bdi limits left set by a previous run");
+            self.paced.insert(bdi.to_owned(), e);
+            self.release(bdi);
+        }
+        self.paced.clear();
+        let _ = fs::remove_file(&self.journal);
+    }
+
+    fn save_journal(&self) -> Result<()> {
+        if self.paced.is_empty() {
+            let _ = fs::remove_file(&self.journal);
+            return Ok(());
+        }
+        let mut text = String::new();
+        for (bdi, e) in &self.paced {
+            let (o, w) = (&e.original, &e.ours);
+            text +=
+                &format!("{bdi}\t{}\t{}\t{}\t{}\n", o.max_ratio_fine, o.strict_limit, w.max_ratio_fine, w.strict_limit);
+        }
+        if let Some(dir) = self.journal.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let tmp = self.journal.with_extension("tmp");
+        fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        fs::rename(&tmp, &self.journal).with_context(|| format!("writing {}", self.journal.display()))
+    }
+
+    fn knob(&self, bdi: &str, name: &str) -> PathBuf {
+        self.root.join(bdi).join(name)
+    }
+
+    fn read(&self, bdi: &str) -> Result<Values> {
+        let r = |n: &str| -> Result<String> {
+            let p = self.knob(bdi, n);
+            Ok(fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?.trim().to_owned())
+        };
+        Ok(Values { max_ratio_fine: r("max_ratio_fine")?, strict_limit: r("strict_limit")? })
+    }
+
+    fn write(&self, bdi: &str, v: &Values) -> Result<()> {
+        // The ceiling first: the strict limit alone against a lowered
+        // ceiling would throttle the device's writers below what the
+        // administrator set.
+        write_knob(&self.knob(bdi, "max_ratio_fine"), &v.max_ratio_fine)?;
+        write_knob(&self.knob(bdi, "strict_limit"), &v.strict_limit)
+    }
+}
+
+impl Default for Pacer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn write_knob(path: &Path, value: &str) -> Result<()> {
+    fs::write(path, value).with_context(|| format!("writing {value} to {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake bdi directory: writing max_bytes sets max_ratio_fine the way
+    /// the kernel does (a share of the dirty limit, here 1e9 bytes).
+    struct FakeSysfs {
+        dir: PathBuf,
+    }
+
+    impl FakeSysfs {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("wb-pacing-{name}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(dir.join("7:0")).unwrap();
+            let me = Self { dir };
+            me.set("max_ratio_fine", "1000000");
+            me.set("strict_limit", "0");
+            me.set("max_bytes", "1000000000");
+            me
+        }
+        fn set(&self, k: &str, v: &str) {
+            fs::write(self.dir.join("7:0").join(k), v).unwrap();
+        }
+        fn get(&self, k: &str) -> String {
+            fs::read_to_string(self.dir.join("7:0").join(k)).unwrap().trim().to_owned()
+        }
+        /// What the kernel would do after a write to max_bytes.
+        fn settle(&self) {
+            let bytes: u64 = self.get("max_bytes").parse().unwrap();
+            self.set("max_ratio_fine", &(bytes / 1000).to_string());
+        }
+        fn pacer(&self) -> Pacer {
+            Pacer::with_paths(self.dir.clone(), self.dir.join("journal"))
+        }
+    }
+
+    impl Drop for FakeSysfs {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[test]
+    fn paces_then_restores() {
+        let fs_ = FakeSysfs::new("restore");
+        let mut p = fs_.pacer();
+        assert!(p.pace("7:0", 100 << 20).unwrap());
+        assert_eq!(fs_.get("strict_limit"), "1");
+        assert_eq!(fs_.get("max_bytes"), (100u64 << 20).to_string());
+        assert!(fs_.dir.join("journal").exists());
+        p.release("7:0");
+        assert_eq!(fs_.get("strict_limit"), "0");
+        assert_eq!(fs_.get("max_ratio_fine"), "1000000");
+        assert!(!fs_.dir.join("journal").exists());
+    }
+
+    #[test]
+    fn a_crashed_run_is_undone_by_the_next() {
+        let fs_ = FakeSysfs::new("crash");
+        let mut p = fs_.pacer();
+        p.pace("7:0", 100 << 20).unwrap();
+        std::mem::forget(p); // killed: no release
+        assert_eq!(fs_.get("strict_limit"), "1");
+        let _p = fs_.pacer();
+        assert_eq!(fs_.get("strict_limit"), "0");
+        assert_eq!(fs_.get("max_ratio_fine"), "1000000");
+    }
+
+    #[test]
+    fn steps_aside_when_the_admin_changed_a_knob() {
+        let fs_ = FakeSysfs::new("admin");
+        let mut p = fs_.pacer();
+        p.pace("7:0", 100 << 20).unwrap();
+        fs_.settle();
+        // The admin's hand: the daemon must notice, stop, and leave it.
+        fs_.set("max_ratio_fine", "500000");
+        assert!(!p.pace("7:0", 50 << 20).unwrap());
+        assert_eq!(fs_.get("max_ratio_fine"), "500000");
+        p.release_all();
+        assert_eq!(fs_.get("max_ratio_fine"), "500000");
+        assert_eq!(fs_.get("strict_limit"), "1");
+        assert!(!fs_.dir.join("journal").exists());
+    }
+
+    #[test]
+    fn no_knobs_no_pacing() {
+        let fs_ = FakeSysfs::new("old");
+        fs::remove_file(fs_.dir.join("7:0/max_bytes")).unwrap();
+        let mut p = fs_.pacer();
+        assert!(!p.pace("7:0", 1 << 20).unwrap());
+        assert_eq!(fs_.get("strict_limit"), "0");
+    }
+}
