@@ -7,12 +7,18 @@ use anyhow::Result;
 use wb_tests::*;
 
 /// Device dirty pages must stay under these with the daemon.  tar x stays
-/// near the burst allowance (64 MiB, cache-only by design) plus a window
-/// or two (measured 81–86 MiB).  cp -r from tmpfs writes faster than even
-/// this loop device and, until writers are paced (issue 5), peaks higher
-/// (measured 92–117 MiB on ext4, 264–408 MiB on xfs).
+/// near the burst allowance (16 MiB, cache-only by design) plus a window
+/// or two.  cp -r from tmpfs writes faster than even this loop device, so
+/// it peaks higher (it is paced only down to the device's dirty budget,
+/// which is large on an uncapped loop device).
 const TAR_BOUND: u64 = 192 * MIB;
 const CP_BOUND: u64 = 512 * MIB;
+
+/// These tests check the multi-file mechanics, not the sizing (the bench
+/// does that on a capped device).  This uncapped loop device writes up to
+/// ~1 GB/s, where the default policy allows 1 s of dirty data and 100 ms
+/// windows; cap both so the bounds above hold on any machine.
+const POLICY: &str = "max_window = \"16MiB\"\ndirty_seconds = 0.25\n";
 
 struct Source {
     _shm: Scratch,
@@ -70,7 +76,7 @@ fn streaming_held(src: &Source, dst: &str, work: &str, device_mib: u64, bound: u
         println!("  {fstype}, {} MiB in the source:", src.bytes / MIB);
         let default = run_on(&fs, src, dst, work)?;
         check(&fs, src, dst)?;
-        let daemon = Daemon::start()?;
+        let daemon = Daemon::start_with_policy(POLICY)?;
         let held = run_on(&fs, src, dst, work)?;
         let log = daemon.stop()?;
         check(&fs, src, dst)?;
@@ -123,7 +129,9 @@ fn bytes_written(fs: &Mounted, work: &str) -> Result<u64> {
 fn temp_files_and_overwrites_are_written_once() -> Result<()> {
     require_root();
     let shm = Scratch::new_in("/dev/shm", "temp")?;
-    random_tree(&shm.0.join("t"), 400, 1024, 200 * 1024, 3)?;
+    // Both workloads stay under the default burst allowance (16 MiB): that
+    // is the data write-behind promises to leave cache-only.
+    random_tree(&shm.0.join("t"), 100, 1024, 200 * 1024, 3)?;
     let tarball = shm.0.join("t.tar");
     sh(&format!("tar -cf {} -C {} t", tarball.display(), shm.0.display()))?;
     let workloads = [
@@ -132,8 +140,8 @@ fn temp_files_and_overwrites_are_written_once() -> Result<()> {
         // A database initialises its file with zeros, then overwrites it.
         (
             "zero-then-overwrite",
-            "dd if=/dev/zero of={dir}/db bs=1M count=48 status=none && \
-             dd if=/dev/urandom of={dir}/db bs=1M count=48 conv=notrunc status=none && rm {dir}/db"
+            "dd if=/dev/zero of={dir}/db bs=1M count=12 status=none && \
+             dd if=/dev/urandom of={dir}/db bs=1M count=12 conv=notrunc status=none && rm {dir}/db"
                 .to_string(),
         ),
     ];
@@ -144,7 +152,11 @@ fn temp_files_and_overwrites_are_written_once() -> Result<()> {
             let daemon = Daemon::start()?;
             let with = bytes_written(&fs, work)?;
             daemon.stop()?;
-            println!("  {name} on {fstype}: {} KiB reached the device without the daemon, {} KiB with it", default / 1024, with / 1024);
+            println!(
+                "  {name} on {fstype}: {} KiB reached the device without the daemon, {} KiB with it",
+                default / 1024,
+                with / 1024
+            );
             assert!(
                 with as f64 <= default as f64 * 1.05 + 256.0 * 1024.0,
                 "{name} on {fstype}: {with} bytes with the daemon vs {default} without"
@@ -161,7 +173,7 @@ fn concurrent_tar_and_dd_both_progress() -> Result<()> {
     let fs = Mounted::new(LoopDevice::new(8 * 1024)?, "ext4")?;
     let out = fs.path("x");
     std::fs::create_dir_all(&out)?;
-    let daemon = Daemon::start()?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
     let t = Instant::now();
     let tar = std::process::Command::new("tar").arg("-xf").arg(&src.tarball).arg("-C").arg(&out).spawn()?;
     let dd = std::process::Command::new("dd")
@@ -177,7 +189,10 @@ fn concurrent_tar_and_dd_both_progress() -> Result<()> {
     sh("sync")?;
     let total = t.elapsed().as_secs_f64();
     let log = daemon.stop()?;
-    println!("  concurrent on ext4: tar {:.0} MiB/s, dd {:.0} MiB/s, all synced after {total:.1} s", rates[0].1, rates[1].1);
+    println!(
+        "  concurrent on ext4: tar {:.0} MiB/s, dd {:.0} MiB/s, all synced after {total:.1} s",
+        rates[0].1, rates[1].1
+    );
     for (name, rate) in rates {
         assert!(rate > 50.0, "{name} crawled at {rate:.0} MiB/s next to the other\n{log}");
     }

@@ -63,8 +63,12 @@ fn steady_stream_stays_within_window() -> Result<()> {
     println!(
         "2 GiB at 200 MiB/s on ext4: peak dirty {} MiB without the daemon, {} MiB with it \
          (dirty+writeback {} / {} MiB; {} / {} samples)",
-        default.dirty / MIB, held.dirty / MIB, default.dirty_wb / MIB, held.dirty_wb / MIB,
-        default.samples, held.samples
+        default.dirty / MIB,
+        held.dirty / MIB,
+        default.dirty_wb / MIB,
+        held.dirty_wb / MIB,
+        default.samples,
+        held.samples
     );
     assert!(default.dirty > 1024 * MIB, "without the daemon dirty should pile up past 1 GiB: {default:?}");
     assert!(held.dirty < 4 * WINDOW, "with the daemon dirty must stay under 4 x window: {held:?}\n{log}");
@@ -93,7 +97,10 @@ fn full_speed_dd_is_reported() -> Result<()> {
     println!(
         "full-speed dd 2 GiB on ext4: peak dirty {} MiB without the daemon, {} MiB with it \
          (dirty+writeback {} / {} MiB)",
-        default.dirty / MIB, held.dirty / MIB, default.dirty_wb / MIB, held.dirty_wb / MIB
+        default.dirty / MIB,
+        held.dirty / MIB,
+        default.dirty_wb / MIB,
+        held.dirty_wb / MIB
     );
     Ok(())
 }
@@ -149,11 +156,7 @@ fn exec_right_after_write_never_etxtbsy() -> Result<()> {
         ))
         .output()?;
     let log = daemon.stop()?;
-    assert!(
-        out.status.success(),
-        "exec after write failed: {}\n{log}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "exec after write failed: {}\n{log}", String::from_utf8_lossy(&out.stderr));
     let started = log.matches("stream started").count();
     assert!(started >= 100, "the daemon acted on only {started} of 200 writes:\n{log}");
     Ok(())

@@ -21,11 +21,12 @@ pub struct Daemon {
 impl Daemon {
     /// Starts the daemon this workspace built and waits until it is attached.
     pub fn start() -> Result<Self> {
-        Self::start_exe(&bin_dir().join("writebehindd"))
+        Self::start_exe(&bin_dir().join("writebehindd"), None)
     }
 
-    pub fn start_exe(exe: &Path) -> Result<Self> {
-        Self::spawn(exe, None)
+    /// A given binary, with a policy file of the given text if any.
+    pub fn start_exe(exe: &Path, policy: Option<&str>) -> Result<Self> {
+        Self::spawn(exe, policy)
     }
 
     /// With a policy file of the given text instead of the embedded default.
@@ -74,13 +75,26 @@ impl Daemon {
     }
 
     /// SIGTERM, then wait; returns the log.  The daemon must exit cleanly.
+    /// With WB_DAEMON_LOG=FILE set, the log is also appended there.
     pub fn stop(mut self) -> Result<String> {
         let status = self.terminate()?;
         let log = self.log_text();
+        if let Ok(keep) = std::env::var("WB_DAEMON_LOG") {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(keep)?;
+            writeln!(f, "{log}")?;
+        }
         if !status.success() {
             bail!("writebehindd exited with {status}:\n{log}");
         }
         Ok(log)
+    }
+
+    /// SIGKILL: the daemon gets no chance to clean up (a crash).
+    pub fn kill(mut self) -> Result<String> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(self.log_text())
     }
 
     fn terminate(&mut self) -> Result<std::process::ExitStatus> {

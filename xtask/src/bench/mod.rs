@@ -27,7 +27,8 @@ min–max). Writes results.json and one SVG plot per copy group to --out
 
   scenarios: copy (with fsync/read latency probes), tar, multi, overwrite,
              tempfile, overhead
-  modes:     default, global, strict, linus, dontcache, writebehindd
+  modes:     default, global, strict, linus, dontcache, writebehindd, and
+             writebehindd:KEY=VALUE+... (policy keys, e.g. window_seconds=0.25)
   --quick    ext4 at 100 MiB/s, 1 run, reduced sizes (about 6 minutes)
   --smoke    tiny sizes: checks the harness itself (about 2 minutes; run by CI)
   full       ext4 and xfs at 100 MiB/s plus the 30 MiB/s USB-stick copy, 3 runs
@@ -223,7 +224,8 @@ fn bench_device(
     if rate_mib < 100 {
         sizes.copy_files = plan.slow_copy_files;
     }
-    let (copy_src, copy_bytes, tarball) = scenarios::make_sources(&shm.join(format!("src-{}", sizes.copy_files)), &sizes)?;
+    let (copy_src, copy_bytes, tarball) =
+        scenarios::make_sources(&shm.join(format!("src-{}", sizes.copy_files)), &sizes)?;
     let dev_mib = (copy_bytes / MIB + sizes.tar_files as u64 / 4 + sizes.tar_dd_mib) * 2 + 2048;
     let fs = Mounted::new(LoopDevice::throttled(dev_mib, rate)?, fstype)?;
     probes::prepare_read_file(&fs.path("probe-read"), sizes.read_probe_mib)?;
@@ -253,7 +255,7 @@ fn bench_device(
                         _ => unreachable!("scenario list is checked in parse"),
                     };
                     active.stop()?;
-                    runs.push(Run::new(&group, mode.name(), &metrics, &series));
+                    runs.push(Run::new(&group, &mode.name(), &metrics, &series));
                 }
             }
             print!("{}", report::table(runs, &group));
@@ -271,14 +273,14 @@ fn bench_device(
 fn overhead(plan: &Plan, daemon: &Path, runs: &mut Vec<Run>) -> Result<()> {
     let group = "overhead: 4 KiB write() to tmpfs";
     for _ in 0..plan.runs {
-        for mode in [Mode::Default, Mode::Writebehindd] {
+        for mode in [Mode::Default, Mode::Writebehindd(None)] {
             if !plan.modes.contains(&mode) {
                 continue;
             }
             let active = modes::activate(mode, "", 0, daemon)?;
             let metrics = scenarios::overhead(plan.sizes.overhead_secs)?;
             active.stop()?;
-            runs.push(Run::new(group, mode.name(), &metrics, &[]));
+            runs.push(Run::new(group, &mode.name(), &metrics, &[]));
         }
     }
     print!("{}", report::table(runs, group));

@@ -20,22 +20,30 @@ pub enum Mode {
     Linus,
     /// The writer uses pwritev2(RWF_DONTCACHE) (Linux 6.14+).
     DontCache,
-    /// writebehindd with its embedded default policy.
-    Writebehindd,
+    /// writebehindd with its embedded default policy, or with some keys
+    /// changed ("window_seconds=0.25+pacing=false"): the curve of a setting.
+    Writebehindd(Option<&'static str>),
 }
 
 pub const ALL: [Mode; 6] =
-    [Mode::Default, Mode::GlobalDirty, Mode::BdiStrict, Mode::Linus, Mode::DontCache, Mode::Writebehindd];
+    [Mode::Default, Mode::GlobalDirty, Mode::BdiStrict, Mode::Linus, Mode::DontCache, Mode::Writebehindd(None)];
 
 impl Mode {
-    pub fn name(self) -> &'static str {
+    pub fn name(self) -> String {
+        match self {
+            Mode::Writebehindd(Some(keys)) => format!("writebehindd {keys}"),
+            other => other.title().into(),
+        }
+    }
+
+    fn title(self) -> &'static str {
         match self {
             Mode::Default => "kernel default",
             Mode::GlobalDirty => "global dirty_bytes",
             Mode::BdiStrict => "bdi strict_limit",
             Mode::Linus => "Linus loop",
             Mode::DontCache => "RWF_DONTCACHE",
-            Mode::Writebehindd => "writebehindd",
+            Mode::Writebehindd(_) => "writebehindd",
         }
     }
 
@@ -46,12 +54,27 @@ impl Mode {
             Mode::BdiStrict => "strict",
             Mode::Linus => "linus",
             Mode::DontCache => "dontcache",
-            Mode::Writebehindd => "writebehindd",
+            Mode::Writebehindd(_) => "writebehindd",
         }
     }
 
+    /// "linus", "writebehindd", "writebehindd:window_seconds=0.25+pacing=false"
     pub fn parse(s: &str) -> Option<Mode> {
+        if let Some(keys) = s.strip_prefix("writebehindd:") {
+            return Some(Mode::Writebehindd(Some(Box::leak(keys.to_owned().into_boxed_str()))));
+        }
         ALL.into_iter().find(|m| m.key() == s)
+    }
+
+    /// The policy file for a writebehindd variant: key=value pairs, each
+    /// value a TOML literal (0.25, false, "8MiB").
+    fn policy(self) -> Option<String> {
+        match self {
+            Mode::Writebehindd(Some(keys)) => {
+                Some(keys.split('+').map(|kv| kv.replacen('=', " = ", 1) + "\n").collect())
+            }
+            _ => None,
+        }
     }
 
     /// How the bench's own writers write in this mode; other modes use the
@@ -111,7 +134,7 @@ pub fn activate(mode: Mode, bdi: &str, rate: u64, daemon_exe: &Path) -> Result<A
             )?);
             knobs.push(Knob::set(&format!("{dir}/strict_limit"), "1")?);
         }
-        Mode::Writebehindd => daemon = Some(Daemon::start_exe(daemon_exe)?),
+        Mode::Writebehindd(_) => daemon = Some(Daemon::start_exe(daemon_exe, mode.policy().as_deref())?),
         Mode::Default | Mode::Linus | Mode::DontCache => {}
     }
     Ok(Active { _knobs: knobs, daemon })

@@ -185,10 +185,8 @@ pub fn multi(ctx: &Ctx, mode: Mode, n: u32) -> Result<Metrics> {
     let mib = ctx.sizes.multi_mib.to_string();
     let files: Vec<String> = (0..n).map(|i| dir.join(format!("w{i}")).display().to_string()).collect();
     let t = Instant::now();
-    let children = files
-        .iter()
-        .map(|f| spawn(ctx.writer(mode, &["zeros", f, &mib], dd(f, &mib))))
-        .collect::<Result<Vec<_>>>()?;
+    let children =
+        files.iter().map(|f| spawn(ctx.writer(mode, &["zeros", f, &mib], dd(f, &mib)))).collect::<Result<Vec<_>>>()?;
     for c in children {
         wait(c, "dd")?;
     }
