@@ -40,7 +40,8 @@ struct file_stream {
 	__u32 tgid;
 	__u32 spans;	/* spans emitted: the agent holds this file */
 	__u32 sb_dev;	/* the file's superblock: its device's window */
-	__u32 _pad;
+	__u8 mode;	/* enum wb_mode, from the writer's policy when it started */
+	__u8 _pad[3];
 };
 
 /*
@@ -77,14 +78,22 @@ struct {
 	__type(value, struct wb_config);
 } wb_config_map SEC(".maps");
 
-/* Filled by the agent: the window of each device (by sb_dev), from its
- * measured bandwidth.  Read when a stream starts and at each crossing. */
+/* Filled by the agent: each device's measured bandwidth (by sb_dev).  Read
+ * when a stream starts and at each crossing. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, __u32);
-	__type(value, __u64);
-} dev_windows SEC(".maps");
+	__type(value, struct wb_device);
+} devices SEC(".maps");
+
+/* Filled by the agent from the policy files: by cgroup v2 id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct wb_policy);
+} cgroup_policies SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -160,9 +169,24 @@ static __always_inline struct wb_config *wb_cfg(void)
 	return bpf_map_lookup_elem(&wb_config_map, &zero);
 }
 
+/* The policy of the current task's cgroup.  Looked up when a stream starts,
+ * at window crossings and at closes, never per write. */
+static __always_inline struct wb_policy *current_policy(struct wb_config *cfg)
+{
+	__u64 cg = bpf_get_current_cgroup_id();
+	struct wb_policy *p = bpf_map_lookup_elem(&cgroup_policies, &cg);
+
+	return p ? p : &cfg->dflt;
+}
+
+static __always_inline __u8 policy_mode(struct wb_policy *p, struct wb_config *cfg)
+{
+	return cfg->on_battery && p->on_battery == WB_BATTERY_OFF ? WB_MODE_OFF : p->mode;
+}
+
 /* Counts `bytes` of sequential data for the current process; true once it
  * has streamed past its burst allowance. */
-static __always_inline bool proc_streaming(struct wb_config *cfg, __u64 bytes)
+static __always_inline bool proc_streaming(struct wb_policy *pol, __u64 bytes)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 now = bpf_ktime_get_ns();
@@ -172,13 +196,13 @@ static __always_inline bool proc_streaming(struct wb_config *cfg, __u64 bytes)
 		struct proc_stream fresh = { .streamed = bytes, .last_ns = now };
 
 		bpf_map_update_elem(&procs, &tgid, &fresh, BPF_ANY);
-		return bytes > cfg->burst;
+		return bytes > pol->burst;
 	}
-	if (now - p->last_ns > cfg->quiet_ns)
+	if (now - p->last_ns > pol->quiet_ns)
 		p->streamed = 0;
 	p->streamed += bytes;
 	p->last_ns = now;
-	return p->streamed > cfg->burst;
+	return p->streamed > pol->burst;
 }
 
 /*
@@ -215,13 +239,34 @@ static __always_inline bool file_eligible(struct file *file, struct file_facts *
 	return BPF_CORE_READ(sb, s_bdi, capabilities) & BDI_CAP_WRITEBACK;
 }
 
-/* The window of the device behind sb_dev: the agent's per-device value once
- * it has measured the device, the configured one until then. */
-static __always_inline __u64 dev_window(__u32 sb_dev, struct wb_config *cfg)
+/* A local copy of the pointer: a CO-RE chain must start at a kernel type,
+ * not at a member of our own struct (that relocation fails to load). */
+static __always_inline __s64 inode_size(struct inode *inode)
 {
-	__u64 *w = bpf_map_lookup_elem(&dev_windows, &sb_dev);
+	return BPF_CORE_READ(inode, i_size);
+}
 
-	return w && *w ? *w : cfg->window;
+/* The window policy p gives a stream on the device behind sb_dev: fixed, or
+ * window_ms of the device's measured bandwidth within [min, max]_window and
+ * never below one maximal request; min_window for a device not measured. */
+static __always_inline __u64 policy_window(struct wb_policy *p, struct wb_config *cfg, __u32 sb_dev)
+{
+	__u64 w = p->window;
+
+	if (!w) {
+		struct wb_device *d = bpf_map_lookup_elem(&devices, &sb_dev);
+
+		w = d ? d->bw * p->window_ms / 1000 : 0;
+		if (w < p->min_window)
+			w = p->min_window;
+		if (w > p->max_window)
+			w = p->max_window;
+		if (d && w < d->floor)
+			w = d->floor;
+	}
+	if (cfg->on_battery && p->on_battery == WB_BATTERY_LAZY)
+		w *= 4;
+	return w ? w : 4096;
 }
 
 /* The btrfs_inode around inode, or NULL on other filesystems (or kernels
@@ -283,12 +328,13 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 	__u64 key = (__u64)file, start, end;
 	struct file_facts facts;
 	struct wb_config *cfg;
+	struct wb_policy *pol;
 	struct file_stream *s;
 
 	if (!file || !len || !file_eligible(file, &facts))
 		return;
 	cfg = wb_cfg();
-	if (!cfg || !cfg->window)
+	if (!cfg)
 		return;
 	end = pos < 0 ? facts.f_pos : pos + len;
 	start = end - len;
@@ -307,12 +353,18 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 			.sb_dev = BPF_CORE_READ(sb, s_dev),
 		};
 
-		fresh.window = dev_window(fresh.sb_dev, cfg);
+		/* A stream of a writer whose policy is off is kept too, with
+		 * mode off: its next writes stop at the lookup above. */
+		pol = current_policy(cfg);
+		fresh.mode = policy_mode(pol, cfg);
+		fresh.window = policy_window(pol, cfg, fresh.sb_dev);
 		if (bpf_map_update_elem(&streams, &key, &fresh, BPF_ANY))
 			stat_inc(WB_STAT_MAP_FULL);
 		return;
 	}
-	if (start != s->pos) {
+	if (s->mode == WB_MODE_OFF)
+		return;
+	if (start != s->pos || (s->mode == WB_MODE_APPEND && end != inode_size(facts.inode))) {
 		/* Not contiguous: the stream restarts here, and what was
 		 * written before it is left to the kernel. */
 		s->head = s->mark = start;
@@ -322,8 +374,10 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 	s->pos = end;
 	if (end - s->mark < s->window)
 		return;
-	s->window = dev_window(s->sb_dev, cfg);
-	if (!proc_streaming(cfg, end - s->mark)) {
+	pol = current_policy(cfg);
+	s->mode = policy_mode(pol, cfg);	/* on battery, or reloaded */
+	s->window = policy_window(pol, cfg, s->sb_dev);
+	if (s->mode == WB_MODE_OFF || !proc_streaming(pol, end - s->mark)) {
 		s->mark = end;
 		return;
 	}
@@ -342,7 +396,8 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 	__u64 key = (__u64)file;
 	struct file_stream *s;
 	struct wb_config *cfg;
-	bool tail;
+	struct wb_policy *pol;
+	bool tail = false;
 
 	if (!file)
 		return;
@@ -350,9 +405,14 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 	if (!s)
 		return;
 	cfg = wb_cfg();
-	tail = cfg && s->pos > s->head && proc_streaming(cfg, s->pos - s->mark);
+	if (cfg && s->mode != WB_MODE_OFF && s->pos > s->head) {
+		/* A file that never crossed a window is flushed at close only
+		 * for multi-file writers (tar x, cp -r). */
+		pol = current_policy(cfg);
+		tail = proc_streaming(pol, s->pos - s->mark) && (s->spans || pol->multi_file);
+	}
 	if ((tail || s->spans) && s->ino == BPF_CORE_READ(file, f_inode, i_ino))
-		emit(WB_EV_CLOSE, file, fd, s->ino, s->head, s->pos);
+		emit(WB_EV_CLOSE, file, fd, s->ino, s->head, tail ? s->pos : s->head);
 	bpf_map_delete_elem(&streams, &key);
 }
 

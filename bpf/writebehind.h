@@ -36,7 +36,7 @@ struct wb_event {
 	__u32 fs_magic;  /* s_magic, to know how its file handles are laid out */
 	__u64 fs_root;   /* btrfs: the subvolume's root objectid; else 0 */
 	__u32 sb_dev;    /* the superblock's s_dev, as /proc/self/mountinfo lists it
-	                  * (differs from st_dev on btrfs subvolumes); keys dev_windows */
+	                  * (differs from st_dev on btrfs subvolumes); keys `devices` */
 	__u32 _pad;
 	__u64 bdi_bw_pages; /* the kernel's avg_write_bandwidth of the bdi's root
 	                     * writeback, in pages per second (starts at 100 MB/s
@@ -50,15 +50,52 @@ struct wb_event {
 	char bdi[32];    /* backing device name, as in /sys/class/bdi ("7:0") */
 };
 
-/* Tunables the agent writes into the single-entry `wb_config_map` array map.
- * Per-device windows, sized from the device's measured bandwidth, live in the
- * `dev_windows` hash map (key: __u32 sb_dev as in wb_event, value: __u64
- * bytes); `window` applies to devices that have no entry there yet. */
+/* Policy modes (the 2019 patch's vm.dirty_write_behind values). */
+enum wb_mode {
+	WB_MODE_OFF = 0,        /* leave this writer to the kernel */
+	WB_MODE_APPEND = 1,     /* only writes that end at EOF stream */
+	WB_MODE_SEQUENTIAL = 2, /* any sequential run streams */
+};
+
+/* What on_battery does to a policy while the host runs on battery. */
+enum wb_battery {
+	WB_BATTERY_SAME = 0,
+	WB_BATTERY_LAZY = 1,    /* windows four times longer */
+	WB_BATTERY_OFF = 2,     /* mode off */
+};
+
+/*
+ * What BPF applies to a writer, by its cgroup: the `cgroup_policies` hash map
+ * (key: the cgroup v2 id, __u64, as bpf_get_current_cgroup_id() returns it)
+ * holds one per cgroup a policy names; any other cgroup gets wb_config.dflt.
+ * Filled by the agent from the policy files.
+ */
+struct wb_policy {
+	__u64 window;      /* fixed window in bytes; 0: window_ms of the device's
+	                    * bandwidth (wb_device.bw), within [min, max]_window */
+	__u64 min_window;
+	__u64 max_window;
+	__u64 burst;       /* a process's data stays cache-only until it streamed more */
+	__u64 quiet_ns;    /* a process idle this long gets its burst allowance back */
+	__u32 window_ms;   /* window_seconds, in milliseconds */
+	__u8 mode;         /* enum wb_mode */
+	__u8 multi_file;   /* a streaming process's closed files are flushed too */
+	__u8 on_battery;   /* enum wb_battery */
+	__u8 _pad;
+};
+
+/* What the agent measured of a device: the `devices` hash map, by sb_dev (as
+ * in wb_event). */
+struct wb_device {
+	__u64 bw;          /* write bandwidth estimate, bytes per second */
+	__u64 floor;       /* the smallest useful window: one maximal request */
+};
+
+/* The single entry of the `wb_config_map` array map. */
 struct wb_config {
-	__u64 window;    /* bytes of unflushed sequential data that trigger a span;
-	                  * 0 turns write-behind off */
-	__u64 burst;     /* a process's data stays cache-only until it streamed more */
-	__u64 quiet_ns;  /* a process idle this long gets its burst allowance back */
+	struct wb_policy dflt;  /* cgroups without an entry of their own */
+	__u32 on_battery;       /* the host runs on battery now */
+	__u32 _pad;
 };
 
 /* Indices of the per-CPU `stats` array map (summed by the agent). */

@@ -8,6 +8,8 @@ include!(concat!(env!("OUT_DIR"), "/abi.rs"));
 // SAFETY: plain C structs of integers and byte arrays, no padding holes that
 // the kernel could leave uninitialised in a way Rust cares about.
 unsafe impl aya::Pod for wb_config {}
+unsafe impl aya::Pod for wb_policy {}
+unsafe impl aya::Pod for wb_device {}
 
 /// What a ring-buffer record asks of the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

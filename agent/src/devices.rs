@@ -5,7 +5,6 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    path::PathBuf,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering::Relaxed},
@@ -13,14 +12,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData};
+use aya::maps::{HashMap as BpfHashMap, MapData};
 
 use crate::{
-    abi::{wb_config, wb_event},
+    abi::{wb_device, wb_event},
     bandwidth::{Estimator, Sizing},
     pacing::Pacer,
     policy::{OnBattery, Policy},
-    power,
 };
 
 /// A device stays paced this long after its last event, so that a writer
@@ -28,7 +26,6 @@ use crate::{
 const LINGER: Duration = Duration::from_secs(2);
 /// The budget is rewritten only when it moved by more than this fraction.
 const BUDGET_SLACK: f64 = 0.1;
-const POWER_CHECK: Duration = Duration::from_secs(5);
 
 /// What a device's flusher thread and the intake task share.
 pub struct DeviceShared {
@@ -58,11 +55,8 @@ impl DeviceShared {
     }
 }
 
-/// The BPF maps the agent tunes the in-kernel trigger through.
-pub struct Tuning {
-    pub config: Array<MapData, wb_config>,
-    pub windows: BpfHashMap<MapData, u32, u64>,
-}
+/// What BPF sizes windows from: the `devices` map, by sb_dev.
+pub type DeviceMap = BpfHashMap<MapData, u32, wb_device>;
 
 struct Device {
     shared: Arc<DeviceShared>,
@@ -70,41 +64,32 @@ struct Device {
     sb_devs: HashSet<u32>,
     /// One maximal request of the device, the floor of its window.
     max_request: u64,
+    /// The bandwidth BPF was last told.
+    pushed_bw: u64,
     last_event: Instant,
     /// The dirty cap the agent set, 0 when not pacing.
     budget: u64,
 }
 
 pub struct Devices {
+    /// The root policy: its sizing and device-wide keys.
     policy: Policy,
-    tuning: Option<Tuning>,
+    map: Option<DeviceMap>,
     pacer: Pacer,
     devs: HashMap<String, Device>,
-    power_dir: PathBuf,
     on_battery: bool,
-    power_checked: Option<Instant>,
     page_size: u64,
 }
 
 impl Devices {
-    pub fn new(policy: Policy, tuning: Option<Tuning>, pacer: Pacer) -> Self {
+    pub fn new(policy: Policy, map: Option<DeviceMap>, pacer: Pacer) -> Self {
         let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-        Self {
-            policy,
-            tuning,
-            pacer,
-            devs: HashMap::new(),
-            power_dir: power::POWER_SUPPLY.into(),
-            on_battery: false,
-            power_checked: None,
-            page_size,
-        }
+        Self { policy, map, pacer, devs: HashMap::new(), on_battery: false, page_size }
     }
 
-    /// Where power supplies are read from (tests point it at a fake).
-    pub fn set_power_dir(&mut self, dir: PathBuf) {
-        self.power_dir = dir;
-        self.power_checked = None;
+    /// New root policy (reloaded): windows and budgets follow at the next tick.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
     }
 
     /// The sizing in force (None: fixed windows).
@@ -113,7 +98,7 @@ impl Devices {
     }
 
     fn initial_window(&self) -> u64 {
-        self.policy.bpf_config(false).window
+        self.policy.initial_window()
     }
 
     /// Records what an event says about its device; returns the device.
@@ -133,6 +118,7 @@ impl Devices {
                 }),
                 sb_devs: HashSet::new(),
                 max_request,
+                pushed_bw: 0,
                 last_event: Instant::now(),
                 budget: 0,
             }
@@ -141,9 +127,10 @@ impl Devices {
         dev.last_event = Instant::now();
         let unpaced = dev.budget == 0;
         if dev.sb_devs.insert(ev.sb_dev)
-            && let Some(t) = &mut self.tuning
+            && let Some(m) = &mut self.map
         {
-            let _ = t.windows.insert(ev.sb_dev, dev.shared.window(), 0);
+            let bw = dev.shared.bandwidth();
+            let _ = m.insert(ev.sb_dev, wb_device { bw, floor: dev.max_request }, 0);
         }
         let shared = dev.shared.clone();
         if unpaced && self.policy.pacing {
@@ -167,8 +154,8 @@ impl Devices {
     /// Resizes windows from the latest estimates and paces the devices with
     /// active streaming writers.  `active`: streams and multi-file writers
     /// per device.
-    pub fn tick(&mut self, active: &HashMap<String, u64>) {
-        self.check_power();
+    pub fn tick(&mut self, active: &HashMap<String, u64>, on_battery: bool) {
+        self.on_battery = on_battery;
         let bdis: Vec<String> = self.devs.keys().cloned().collect();
         for bdi in bdis {
             let streams = active.get(&bdi).copied().unwrap_or(0);
@@ -187,14 +174,18 @@ impl Devices {
         };
         let bw = dev.shared.bandwidth();
         dev.shared.chunk.store(chunk_for(bw, in_flight, dev.max_request), Relaxed);
+        // BPF sizes each writer's window from bw with its own policy; the
+        // root policy's window here sizes batches and the dirty budget.
         let window = sizing.map_or(fixed, |z| z.window(bw, dev.max_request));
-        if window != dev.shared.window.swap(window, Relaxed)
-            && let Some(t) = &mut self.tuning
+        dev.shared.window.store(window, Relaxed);
+        if bw.abs_diff(dev.pushed_bw) * 20 > dev.pushed_bw
+            && let Some(m) = &mut self.map
         {
             for sb in &dev.sb_devs {
-                let _ = t.windows.insert(*sb, window, 0);
+                let _ = m.insert(*sb, wb_device { bw, floor: dev.max_request }, 0);
             }
-            tracing::debug!(bdi, bw, window, "window resized");
+            dev.pushed_bw = bw;
+            tracing::debug!(bdi, bw, window, "bandwidth estimate updated");
         }
         let busy = streams > 0 || dev.last_event.elapsed() < LINGER;
         if pacing && busy {
@@ -215,22 +206,6 @@ impl Devices {
         } else if dev.budget != 0 || self.pacer.is_paced(bdi) {
             self.pacer.release(bdi);
             dev.budget = 0;
-        }
-    }
-
-    fn check_power(&mut self) {
-        if self.power_checked.is_some_and(|t| t.elapsed() < POWER_CHECK) {
-            return;
-        }
-        self.power_checked = Some(Instant::now());
-        let on_battery = power::on_battery(&self.power_dir);
-        if on_battery == self.on_battery {
-            return;
-        }
-        self.on_battery = on_battery;
-        tracing::info!(on_battery, policy = ?self.policy.on_battery, "power source changed");
-        if let Some(t) = &mut self.tuning {
-            let _ = t.config.set(0, self.policy.bpf_config(on_battery), 0);
         }
     }
 

@@ -10,15 +10,22 @@ use tokio::io::unix::AsyncFd;
 
 use crate::{
     abi::{wb_event, wb_stat},
+    cgroups::CgroupPolicies,
     counters::ErrorKind,
     loader::Loaded,
+    policies::PolicySet,
     streams::StreamTable,
 };
 
+/// Runs until `shutdown`.  Each time `hup` fires (SIGHUP), `reload` reads
+/// the policies again; None (a broken file) keeps the running ones.
 pub async fn run(
     loaded: &Loaded,
     events: RingBuf<MapData>,
     table: &mut StreamTable,
+    cgroups: &mut CgroupPolicies,
+    hup: &mut tokio::signal::unix::Signal,
+    reload: impl Fn() -> Option<PolicySet>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     // SAFETY: the ring buffer owns its fd and outlives the registration
@@ -35,8 +42,16 @@ pub async fn run(
                 drain(guard.get_inner_mut(), table);
                 guard.clear_ready();
             }
-            _ = batch_tick.tick() => table.tick(),
+            _ = batch_tick.tick() => table.tick(cgroups.on_battery()),
+            _ = hup.recv() => {
+                if let Some(set) = reload() {
+                    table.set_policy(set.root().clone());
+                    cgroups.replace(set);
+                    tracing::info!(policies = %cgroups.set().sources.join(", "), "policies reloaded");
+                }
+            }
             _ = tick.tick() => {
+                cgroups.refresh();
                 table.reap_exited();
                 let drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS);
                 if drops > drops_seen {

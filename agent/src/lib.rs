@@ -5,11 +5,13 @@
 //! buffer), `streams` (stream table), `flusher` (per-device submitters),
 //! `devices` (per-device windows and pacing), `bandwidth` (the estimator and
 //! window arithmetic), `pacing` (bdi dirty limits), `power`, `handles`
-//! (closed files by file handle), `policy`, `counters`, `sys` (syscall
+//! (closed files by file handle), `policy` (keys), `policies` (files, per
+//! cgroup), `cgroups` (policies to BPF by cgroup id), `counters`, `sys` (syscall
 //! wrappers), `abi` (generated).
 
 pub mod abi;
 pub mod bandwidth;
+pub mod cgroups;
 pub mod counters;
 pub mod devices;
 pub mod flusher;
@@ -17,6 +19,7 @@ pub mod handles;
 pub mod intake;
 pub mod loader;
 pub mod pacing;
+pub mod policies;
 pub mod policy;
 pub mod power;
 pub mod streams;

@@ -11,7 +11,13 @@ use aya::{
     programs::{BtfTracePoint, TracePoint},
 };
 
-use crate::abi::{wb_config, wb_stat};
+use crate::{
+    abi::{wb_config, wb_policy, wb_stat},
+    devices::DeviceMap,
+};
+
+/// The `cgroup_policies` map.
+pub type CgroupMap = aya::maps::HashMap<MapData, u64, wb_policy>;
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writebehind.bpf.o"));
 
@@ -90,12 +96,15 @@ impl Loaded {
         Ok(())
     }
 
-    /// The maps that tune the in-kernel trigger; taken once, by `Devices`.
-    pub fn take_tuning(&mut self) -> Result<crate::devices::Tuning> {
+    /// The maps the agent tunes BPF through: (wb_config_map, devices,
+    /// cgroup_policies).  Taken once.
+    pub fn take_tuning(&mut self) -> Result<(Array<MapData, wb_config>, DeviceMap, CgroupMap)> {
         let mut take = |name: &str| self.ebpf.take_map(name).with_context(|| format!("map {name} already taken"));
-        let config = Array::try_from(take("wb_config_map")?)?;
-        let windows = aya::maps::HashMap::try_from(take("dev_windows")?)?;
-        Ok(crate::devices::Tuning { config, windows })
+        Ok((
+            Array::try_from(take("wb_config_map")?)?,
+            aya::maps::HashMap::try_from(take("devices")?)?,
+            aya::maps::HashMap::try_from(take("cgroup_policies")?)?,
+        ))
     }
 
     /// The ring buffer the programs report through; taken once by intake.

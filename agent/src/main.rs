@@ -1,67 +1,122 @@
 //! writebehindd: the daemon.  Runs in the foreground; SIGINT/SIGTERM detach
 //! everything and exit.
 
-use std::{io::IsTerminal, process::ExitCode, sync::Arc};
+use std::{
+    io::IsTerminal,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::Arc,
+};
 
 use anyhow::Result;
 use tokio::signal::unix::{SignalKind, signal};
 use writebehindd::{
-    abi::wb_stat,
+    abi::{wb_config, wb_stat},
+    cgroups::CgroupPolicies,
     counters::Counters,
     devices::Devices,
     intake,
     loader::{self, Loaded},
     pacing::Pacer,
-    policy::Policy,
+    policies::{self, POLICY_DIR, PolicySet},
     streams::StreamTable,
 };
 
 const USAGE: &str = "\
-usage: writebehindd [--policy FILE] [--help] [--version]
+usage: writebehindd [--policy-dir DIR] [--policy FILE]... [--help] [--version]
+       writebehindd --check-policy PATH...
 
 Keeps the dirty page cache of streaming writers near a small window by
-starting writeback behind them. Runs in the foreground until SIGINT/SIGTERM.
+starting writeback behind them. Runs in the foreground until SIGINT/SIGTERM;
+SIGHUP re-reads the policies (a broken file is rejected, the running policy
+stays).
 
-  --policy FILE   use this policy instead of the embedded default
-                  (policies/default.toml documents every key)
+  --policy-dir DIR     policy drop-ins, *.toml in name order
+                       (default /etc/writebehindd/policies.d)
+  --policy FILE        one more policy file, applied after the directory
+  --check-policy PATH  validate policy files (or directories of them), print
+                       the effective policy per match, and exit
 
+Policies: policies/README.md and the embedded default, policies/default.toml.
 Log level: RUST_LOG (default info).";
 
-fn main() -> ExitCode {
-    let mut policy_file = None;
+struct Args {
+    dir: PathBuf,
+    files: Vec<PathBuf>,
+    check: Option<Vec<PathBuf>>,
+}
+
+fn parse_args() -> Result<Option<Args>, String> {
+    let mut a = Args { dir: POLICY_DIR.into(), files: Vec::new(), check: None };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
+        let mut value = |what: &str| args.next().ok_or_else(|| format!("{arg} needs {what}"));
         match arg.as_str() {
             "-h" | "--help" => {
                 println!("{USAGE}");
-                return ExitCode::SUCCESS;
+                return Ok(None);
             }
             "-V" | "--version" => {
                 println!("writebehindd {}", env!("CARGO_PKG_VERSION"));
-                return ExitCode::SUCCESS;
+                return Ok(None);
             }
-            "--policy" => match args.next() {
-                Some(f) => policy_file = Some(f),
-                None => {
-                    eprintln!("writebehindd: --policy needs a file\n{USAGE}");
-                    return ExitCode::from(2);
+            "--policy-dir" => a.dir = value("a directory")?.into(),
+            "--policy" => a.files.push(value("a file")?.into()),
+            "--check-policy" => {
+                let rest: Vec<PathBuf> = args.by_ref().map(PathBuf::from).collect();
+                if rest.is_empty() {
+                    return Err("--check-policy needs at least one file or directory".into());
                 }
-            },
-            other => {
-                eprintln!("writebehindd: unknown argument {other:?}\n{USAGE}");
-                return ExitCode::from(2);
+                a.check = Some(rest);
             }
+            other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    let policy = match policy_file {
-        None => Policy::embedded_default(),
-        Some(f) => match std::fs::read_to_string(&f).map_err(anyhow::Error::from).and_then(|t| Policy::parse(&t)) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("writebehindd: policy {f}: {e:#}");
-                return ExitCode::from(2);
+    Ok(Some(a))
+}
+
+/// The policy files of a run: the directory's, then the --policy ones.
+fn policy_files(dir: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut files = policies::dir_files(dir)?;
+    files.extend(extra.iter().cloned());
+    Ok(files)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(Some(a)) => a,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("writebehindd: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(paths) = &args.check {
+        let mut files = Vec::new();
+        for p in paths {
+            if p.is_dir() {
+                files.extend(policies::dir_files(p).unwrap_or_default());
+            } else {
+                files.push(p.clone());
             }
-        },
+        }
+        return match PolicySet::load(&files) {
+            Ok(set) => {
+                print!("{}", set.describe());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("writebehindd: {e:#}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    let set = match policy_files(&args.dir, &args.files).and_then(|f| PolicySet::load(&f)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("writebehindd: policy: {e:#}");
+            return ExitCode::from(2);
+        }
     };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
@@ -69,7 +124,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
-    match run(policy) {
+    match run(set, args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("writebehindd: {e:#}");
@@ -78,31 +133,42 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(policy: Policy) -> Result<()> {
+fn run(set: PolicySet, args: Args) -> Result<()> {
     loader::check_environment()?;
     // Before anything is attached: put back bdi limits a killed run left.
     let pacer = Pacer::new();
-    let mut loaded = Loaded::load_and_attach(policy.bpf_config(false))?;
+    let root = set.root().clone();
+    let cfg = wb_config { dflt: root.to_bpf(), on_battery: 0, _pad: 0 };
+    let mut loaded = Loaded::load_and_attach(cfg)?;
     let events = loaded.take_events()?;
-    let tuning = loaded.take_tuning()?;
+    let (config, devices, cgroup_map) = loaded.take_tuning()?;
     tracing::info!(
-        window = ?policy.window, burst = policy.burst.0, pacing = policy.pacing, backend = "tracepoint",
-        "attached; watching for streaming writers"
+        window = ?root.window, burst = root.burst.0, pacing = root.pacing, backend = "tracepoint",
+        policies = %set.sources.join(", "), "attached; watching for streaming writers"
     );
+    let mut cgroups = CgroupPolicies::new(set, config, cgroup_map);
 
     let counters = Arc::new(Counters::default());
-    let mut table = StreamTable::new(counters.clone(), Devices::new(policy, Some(tuning), pacer));
+    let mut table = StreamTable::new(counters.clone(), Devices::new(root, Some(devices), pacer));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        let reload = || match policy_files(&args.dir, &args.files).and_then(|f| PolicySet::load(&f)) {
+            Ok(set) => Some(set),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "policy reload rejected; the running policy stays");
+                None
+            }
+        };
         let shutdown = async {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
             }
         };
-        intake::run(&loaded, events, &mut table, shutdown).await
+        intake::run(&loaded, events, &mut table, &mut cgroups, &mut hup, reload, shutdown).await
     })?;
 
     table.shutdown();

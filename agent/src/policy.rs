@@ -1,6 +1,8 @@
-//! Policy: what the daemon does, read from TOML.  A file is a `Layer`: the
-//! keys it sets, over the embedded default (policies/default.toml), which
-//! sets them all.
+//! Policy: what the daemon does for a cgroup's writers, read from TOML.
+//! Every key is declared once, in `policy_keys!`: the effective `Policy`
+//! (every key set) and the `Layer` one TOML table gives (the keys it sets).
+//! The embedded default (policies/default.toml) sets them all; files and
+//! their `[[policy]]` tables are layers over it (see policies.rs).
 
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
@@ -10,29 +12,147 @@ use crate::bandwidth::Sizing;
 /// The shipped default policy, compiled into the binary.
 pub const DEFAULT_POLICY: &str = include_str!("../../policies/default.toml");
 
-/// The effective policy: every key has a value.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Policy {
+macro_rules! policy_keys {
+    ($( $(#[$doc:meta])* $name:ident : $ty:ty ),* $(,)?) => {
+        /// The effective policy: every key has a value.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Policy {
+            $( $(#[$doc])* pub $name: $ty, )*
+        }
+
+        /// The keys one policy table sets.  A file is a Layer for the root
+        /// cgroup with its `[[policy]]` tables inside, each a Layer with
+        /// `cgroup` set.
+        #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct Layer {
+            $( pub(crate) $name: Option<$ty>, )*
+            /// In a [[policy]] table: the cgroups it applies to.
+            pub(crate) cgroup: Option<String>,
+            /// At the top of a file: the per-cgroup tables.
+            pub(crate) policy: Option<Vec<Layer>>,
+        }
+
+        impl Policy {
+            /// Every key with its value as TOML would write it.
+            pub fn lines(&self) -> Vec<(&'static str, String)> {
+                vec![ $( (stringify!($name), Show::show(&self.$name)) ),* ]
+            }
+        }
+
+        impl Layer {
+            /// `base` with this layer's keys set.
+            pub(crate) fn over(&self, base: &Policy) -> Policy {
+                Policy { $( $name: self.$name.clone().unwrap_or_else(|| base.$name.clone()), )* }
+            }
+
+            fn complete(&self) -> Option<Policy> {
+                Some(Policy { $( $name: self.$name.clone()?, )* })
+            }
+
+            /// The policy keys this layer sets.
+            pub(crate) fn keys(&self) -> Vec<&'static str> {
+                let mut v = Vec::new();
+                $( if self.$name.is_some() { v.push(stringify!($name)); } )*
+                v
+            }
+        }
+    };
+}
+
+policy_keys! {
+    /// off, append (only writes ending at EOF stream) or sequential.
+    mode: Mode,
     /// Per-stream window: sized from the device's bandwidth, or fixed.
-    pub window: Window,
+    window: Window,
     /// With `window = "auto"`: this many seconds of the device's bandwidth...
-    pub window_seconds: f64,
+    window_seconds: f64,
     /// ...within these bounds.  min_window is also the window of a device
     /// not measured yet (slow start).
-    pub min_window: Size,
-    pub max_window: Size,
+    min_window: Size,
+    max_window: Size,
+    /// Flush the tails of files a streaming process closes (tar x, cp -r).
+    multi_file: bool,
     /// Bytes a process may write before it counts as streaming.
-    pub burst: Size,
+    burst: Size,
     /// Idle time after which a process gets its burst allowance back.
-    pub quiet: Duration,
+    quiet: Duration,
     /// Seconds of the device's bandwidth the flusher keeps in flight: what
-    /// an fsync elsewhere on the device waits behind.
-    pub in_flight_seconds: f64,
-    /// Cap the dirty data of devices with streaming writers (bdi strict_limit).
-    pub pacing: bool,
-    /// The cap: this many seconds of the device's bandwidth.
-    pub dirty_seconds: f64,
-    pub on_battery: OnBattery,
+    /// an fsync elsewhere on the device waits behind.  Device-wide.
+    in_flight_seconds: f64,
+    /// Cap the dirty data of devices with streaming writers (bdi
+    /// strict_limit).  Device-wide.
+    pacing: bool,
+    /// The cap: this many seconds of the device's bandwidth.  Device-wide.
+    dirty_seconds: f64,
+    on_battery: OnBattery,
+}
+
+/// A value as it would be written in a policy file.
+trait Show {
+    fn show(&self) -> String;
+}
+
+impl Show for f64 {
+    fn show(&self) -> String {
+        format!("{self}")
+    }
+}
+
+impl Show for bool {
+    fn show(&self) -> String {
+        format!("{self}")
+    }
+}
+
+impl Show for Size {
+    fn show(&self) -> String {
+        let units = [(1u64 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+        match units.iter().find(|(u, _)| self.0 >= *u && self.0.is_multiple_of(*u)) {
+            Some((u, name)) => format!("\"{}{name}\"", self.0 / u),
+            None => format!("{}", self.0),
+        }
+    }
+}
+
+impl Show for Duration {
+    fn show(&self) -> String {
+        let ms = self.0.as_millis();
+        if ms.is_multiple_of(1000) { format!("\"{}s\"", ms / 1000) } else { format!("\"{ms}ms\"") }
+    }
+}
+
+impl Show for Window {
+    fn show(&self) -> String {
+        match self {
+            Window::Auto => "\"auto\"".into(),
+            Window::Fixed(s) => s.show(),
+        }
+    }
+}
+
+impl Show for Mode {
+    fn show(&self) -> String {
+        format!("\"{}\"", format!("{self:?}").to_lowercase())
+    }
+}
+
+impl Show for OnBattery {
+    fn show(&self) -> String {
+        format!("\"{}\"", format!("{self:?}").to_lowercase())
+    }
+}
+
+/// Keys that act on a whole device, not on one cgroup's writers: only the
+/// root policy (a file's top level) may set them.
+pub const DEVICE_WIDE: [&str; 3] = ["in_flight_seconds", "pacing", "dirty_seconds"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Off,
+    Append,
+    Sequential,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -64,42 +184,8 @@ impl<'de> Deserialize<'de> for Window {
     }
 }
 
-/// The keys one policy file sets.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Layer {
-    window: Option<Window>,
-    window_seconds: Option<f64>,
-    min_window: Option<Size>,
-    max_window: Option<Size>,
-    in_flight_seconds: Option<f64>,
-    burst: Option<Size>,
-    quiet: Option<Duration>,
-    pacing: Option<bool>,
-    dirty_seconds: Option<f64>,
-    on_battery: Option<OnBattery>,
-}
-
-impl Layer {
-    /// `base` with this layer's keys set.
-    fn over(&self, base: &Policy) -> Policy {
-        Policy {
-            window: self.window.unwrap_or(base.window),
-            window_seconds: self.window_seconds.unwrap_or(base.window_seconds),
-            min_window: self.min_window.unwrap_or(base.min_window),
-            max_window: self.max_window.unwrap_or(base.max_window),
-            in_flight_seconds: self.in_flight_seconds.unwrap_or(base.in_flight_seconds),
-            burst: self.burst.unwrap_or(base.burst),
-            quiet: self.quiet.unwrap_or(base.quiet),
-            pacing: self.pacing.unwrap_or(base.pacing),
-            dirty_seconds: self.dirty_seconds.unwrap_or(base.dirty_seconds),
-            on_battery: self.on_battery.unwrap_or(base.on_battery),
-        }
-    }
-}
-
 impl Policy {
-    /// A policy file's keys over the embedded default.
+    /// A file of only top-level keys over the embedded default.
     pub fn parse(text: &str) -> Result<Self> {
         let layer: Layer = toml::from_str(text)?;
         if layer == Layer::default() {
@@ -108,7 +194,7 @@ impl Policy {
         layer.over(&Self::embedded_default()).validated()
     }
 
-    fn validated(self) -> Result<Self> {
+    pub(crate) fn validated(self) -> Result<Self> {
         let secs = |name: &str, v: f64| {
             if !(v.is_finite() && v > 0.0 && v <= 3600.0) {
                 bail!("{name} must be a number of seconds above 0 (at most 3600), got {v}");
@@ -132,15 +218,40 @@ impl Policy {
         Ok(self)
     }
 
-    /// What the BPF programs need of it.  `window` there is the window of
-    /// devices the agent has no measured window for yet.
-    pub fn bpf_config(&self, on_battery: bool) -> crate::abi::wb_config {
-        let window = match (on_battery && self.on_battery == OnBattery::Off, self.window) {
-            (true, _) => 0,
-            (false, Window::Fixed(w)) => w.0,
-            (false, Window::Auto) => self.min_window.0,
-        };
-        crate::abi::wb_config { window, burst: self.burst.0, quiet_ns: self.quiet.0.as_nanos() as u64 }
+    /// What the BPF programs apply to writers under this policy.
+    pub fn to_bpf(&self) -> crate::abi::wb_policy {
+        use crate::abi::*;
+        wb_policy {
+            window: match self.window {
+                Window::Fixed(w) => w.0,
+                Window::Auto => 0,
+            },
+            min_window: self.min_window.0,
+            max_window: self.max_window.0,
+            burst: self.burst.0,
+            quiet_ns: self.quiet.0.as_nanos() as u64,
+            window_ms: (self.window_seconds * 1000.0).round() as u32,
+            mode: match self.mode {
+                Mode::Off => wb_mode_WB_MODE_OFF,
+                Mode::Append => wb_mode_WB_MODE_APPEND,
+                Mode::Sequential => wb_mode_WB_MODE_SEQUENTIAL,
+            } as u8,
+            multi_file: self.multi_file as u8,
+            on_battery: match self.on_battery {
+                OnBattery::Same => wb_battery_WB_BATTERY_SAME,
+                OnBattery::Lazy => wb_battery_WB_BATTERY_LAZY,
+                OnBattery::Off => wb_battery_WB_BATTERY_OFF,
+            } as u8,
+            _pad: 0,
+        }
+    }
+
+    /// The window of a device not measured yet (fixed, or min_window).
+    pub fn initial_window(&self) -> u64 {
+        match self.window {
+            Window::Fixed(w) => w.0,
+            Window::Auto => self.min_window.0,
+        }
     }
 
     /// How windows follow bandwidth, or None for a fixed window.
@@ -156,21 +267,8 @@ impl Policy {
 
     pub fn embedded_default() -> Self {
         let layer: Layer = toml::from_str(DEFAULT_POLICY).expect("policies/default.toml parses");
-        let complete = |l: &Layer| -> Option<Policy> {
-            Some(Policy {
-                window: l.window?,
-                window_seconds: l.window_seconds?,
-                min_window: l.min_window?,
-                max_window: l.max_window?,
-                in_flight_seconds: l.in_flight_seconds?,
-                burst: l.burst?,
-                quiet: l.quiet?,
-                pacing: l.pacing?,
-                dirty_seconds: l.dirty_seconds?,
-                on_battery: l.on_battery?,
-            })
-        };
-        complete(&layer)
+        layer
+            .complete()
             .context("policies/default.toml must set every key")
             .and_then(Policy::validated)
             .expect("policies/default.toml is a complete, valid policy")
@@ -274,8 +372,8 @@ mod tests {
         assert_eq!(p.window, Window::Fixed(Size(8 << 20)));
         assert_eq!(p.on_battery, OnBattery::Off);
         assert_eq!(p.burst, Policy::embedded_default().burst);
-        assert_eq!(p.bpf_config(true).window, 0);
-        assert_eq!(p.bpf_config(false).window, 8 << 20);
+        assert_eq!(p.to_bpf().window, 8 << 20);
+        assert_eq!(p.to_bpf().on_battery, crate::abi::wb_battery_WB_BATTERY_OFF as u8);
         assert!(p.sizing(false).is_none());
         let auto = Policy::parse("window_seconds = 1\non_battery = \"lazy\"").unwrap();
         assert_eq!(auto.sizing(false).unwrap().window_seconds, 1.0);

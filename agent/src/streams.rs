@@ -197,7 +197,7 @@ impl StreamTable {
 
     /// Submits batches that waited long enough; reports idle writers;
     /// resizes windows and paces devices.
-    pub fn tick(&mut self) {
+    pub fn tick(&mut self, on_battery: bool) {
         let now = Instant::now();
         let due: Vec<(String, u32)> =
             self.pending.iter().filter(|(_, p)| now - p.since >= BATCH_AGE).map(|(k, _)| k.clone()).collect();
@@ -219,7 +219,12 @@ impl StreamTable {
         for bdi in self.streams.values().map(|s| &s.bdi).chain(self.writers.values().map(|w| &w.bdi)) {
             *active.entry(bdi.clone()).or_default() += 1;
         }
-        self.devices.tick(&active);
+        self.devices.tick(&active, on_battery);
+    }
+
+    /// The root policy changed (reload).
+    pub fn set_policy(&mut self, policy: crate::policy::Policy) {
+        self.devices.set_policy(policy);
     }
 
     fn submit_pending(&mut self, bdi: &str, p: Pending) {

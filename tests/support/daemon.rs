@@ -41,6 +41,11 @@ impl Daemon {
         let scratch = Scratch::new("daemon")?;
         let log = scratch.0.join("daemon.log");
         let mut cmd = Command::new(exe);
+        // Never the host's /etc/writebehindd/policies.d: an empty directory,
+        // and the test's policy (if any) as one file after it.
+        let dir = scratch.0.join("policies.d");
+        std::fs::create_dir_all(&dir)?;
+        cmd.arg("--policy-dir").arg(&dir);
         if let Some(text) = policy {
             let file = scratch.0.join("policy.toml");
             std::fs::write(&file, text)?;
@@ -64,6 +69,16 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(d)
+    }
+
+    /// The policy file given with start_with_policy (rewrite it, then reload).
+    pub fn policy_file(&self) -> PathBuf {
+        self._scratch.0.join("policy.toml")
+    }
+
+    /// SIGHUP: re-read the policies.
+    pub fn reload(&self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGHUP) };
     }
 
     pub fn log_text(&self) -> String {

@@ -142,7 +142,7 @@ fn parse(args: &[String]) -> Result<Plan> {
 
 /// Which scenarios run at a given rate: the slow (USB stick) rate runs only
 /// the copy, which is what that case is about.
-fn scenarios_at<'a>(plan: &'a Plan, rate: u64) -> Vec<&'a str> {
+fn scenarios_at(plan: &Plan, rate: u64) -> Vec<&str> {
     let slow = rate < 100 && plan.rates.iter().any(|&r| r >= 100);
     plan.scenarios.iter().map(String::as_str).filter(|s| *s != "overhead" && (!slow || *s == "copy")).collect()
 }

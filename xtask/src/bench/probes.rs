@@ -19,9 +19,12 @@ use std::{
 
 use anyhow::Result;
 
+/// A probe thread, returning its latencies in seconds.
+type Latencies = JoinHandle<Vec<f64>>;
+
 pub struct Probes {
     stop: Arc<AtomicBool>,
-    threads: Option<(JoinHandle<Vec<f64>>, JoinHandle<Vec<f64>>)>,
+    threads: Option<(Latencies, Latencies)>,
 }
 
 /// Latencies in seconds, as (p50, p99, max).

@@ -1,0 +1,383 @@
+//! The policy set: the embedded default, then policy files in name order
+//! (/etc/writebehindd/policies.d/*.toml, like systemd drop-ins), resolved
+//! per cgroup path.
+//!
+//! A file's top-level keys apply to the root cgroup "/" and so, by
+//! inheritance, to every cgroup.  Its `[[policy]]` tables apply to the
+//! cgroups their `cgroup` pattern matches ("/system.slice/backup.service",
+//! "/user.slice/**", "/user.slice/user-*.slice").  For a cgroup, the most
+//! specific matching table wins; what it leaves out comes from the policy
+//! of the parent cgroup, then the root, then the embedded default.  Among
+//! equally specific tables, the later file wins.
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::policy::{DEVICE_WIDE, Layer, Policy};
+
+pub const POLICY_DIR: &str = "/etc/writebehindd/policies.d";
+
+/// One `[[policy]]` table.
+#[derive(Debug, Clone)]
+struct Rule {
+    pattern: Pattern,
+    layer: Layer,
+    source: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct PolicySet {
+    root: Policy,
+    rules: Vec<Rule>,
+    /// Where the policies came from, in the order applied.
+    pub sources: Vec<String>,
+}
+
+/// `dir`'s *.toml files in name order; no directory means no files.
+pub fn dir_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+impl PolicySet {
+    /// The embedded default alone.
+    pub fn embedded() -> Self {
+        Self { root: Policy::embedded_default(), rules: Vec::new(), sources: vec!["(embedded default)".into()] }
+    }
+
+    /// The embedded default, then each file in order.  An error names the
+    /// file and, from the TOML parser, the line, column and key.
+    pub fn load(files: &[PathBuf]) -> Result<Self> {
+        let mut texts = Vec::new();
+        for f in files {
+            let bytes = std::fs::read(f).with_context(|| format!("{}: cannot read", f.display()))?;
+            let text = String::from_utf8(bytes).map_err(|e| {
+                anyhow::anyhow!("{}: not UTF-8 text (byte {})", f.display(), e.utf8_error().valid_up_to())
+            })?;
+            texts.push((f.display().to_string(), text));
+        }
+        Self::from_texts(&texts)
+    }
+
+    /// Like `load`, from (name, text) pairs.
+    pub fn from_texts(texts: &[(String, String)]) -> Result<Self> {
+        let mut set = Self::embedded();
+        for (name, text) in texts {
+            set.add(name, text).with_context(|| name.clone())?;
+        }
+        Ok(set)
+    }
+
+    fn add(&mut self, name: &str, text: &str) -> Result<()> {
+        let file: Layer = toml::from_str(text)?;
+        if file.cgroup.is_some() {
+            bail!("`cgroup` belongs in a [[policy]] table; top-level keys apply to the root cgroup");
+        }
+        let tables = file.policy.clone().unwrap_or_default();
+        if file.keys().is_empty() && tables.is_empty() {
+            bail!("the file sets no policy key (an empty policy is almost certainly a mistake)");
+        }
+        let root = file.over(&self.root).validated().context("the top-level (root cgroup) policy")?;
+        let mut seen: Vec<&str> = Vec::new();
+        let mut rules = Vec::new();
+        for t in &tables {
+            let Some(cgroup) = t.cgroup.as_deref() else {
+                bail!("a [[policy]] table needs `cgroup = \"/path\"` (globs: * within a name, ** for any depth)");
+            };
+            let at = format!("[[policy]] cgroup = {cgroup:?}");
+            if seen.contains(&cgroup) {
+                bail!("{at}: the same cgroup pattern twice in one file; merge the two tables");
+            }
+            seen.push(cgroup);
+            if t.policy.is_some() {
+                bail!("{at}: [[policy]] tables do not nest");
+            }
+            if let Some(k) = t.keys().into_iter().find(|k| DEVICE_WIDE.contains(k)) {
+                bail!("{at}: `{k}` applies to a whole device; set it at the top of the file (root policy)");
+            }
+            if t.keys().is_empty() {
+                bail!("{at}: the table sets no policy key");
+            }
+            let pattern = Pattern::parse(cgroup).with_context(|| at.clone())?;
+            t.over(&root).validated().with_context(|| at.clone())?;
+            rules.push(Rule { pattern, layer: t.clone(), source: name.to_owned() });
+        }
+        self.root = root;
+        self.rules.extend(rules);
+        self.sources.push(name.to_owned());
+        Ok(())
+    }
+
+    /// The policy for writers in the root cgroup, and the device-wide keys.
+    pub fn root(&self) -> &Policy {
+        &self.root
+    }
+
+    /// The effective policy of the cgroup at `path` ("/", "/a/b").
+    pub fn resolve(&self, path: &str) -> Policy {
+        let parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+        let mut eff = self.root.clone();
+        for depth in 0..=parts.len() {
+            if let Some(rule) = self.best(&parts[..depth]) {
+                // A combination that fails validation (say a min_window
+                // above an inherited max_window) keeps the parent's.
+                if let Ok(p) = rule.layer.over(&eff).validated() {
+                    eff = p;
+                }
+            }
+        }
+        eff
+    }
+
+    /// The most specific rule matching a cgroup; the later among equals.
+    fn best(&self, parts: &[&str]) -> Option<&Rule> {
+        self.rules.iter().filter(|r| r.pattern.matches(parts)).max_by_key(|r| r.pattern.specificity())
+    }
+
+    /// What --check-policy prints: the sources, then the effective policy
+    /// of the root and of each pattern (as if a cgroup of that name existed).
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "sources, in order: {}", self.sources.join(", "));
+        let _ = writeln!(out, "\n/ (root: every cgroup not matched below)\n{}", show(&self.root));
+        for r in &self.rules {
+            let example = r.pattern.example();
+            let _ = writeln!(
+                out,
+                "\n{} (from {}; shown for {example})\n{}",
+                r.pattern.text,
+                r.source,
+                show(&self.resolve(&example))
+            );
+        }
+        out
+    }
+}
+
+fn show(p: &Policy) -> String {
+    p.lines().iter().map(|(k, v)| format!("  {k} = {v}")).collect::<Vec<_>>().join("\n")
+}
+
+/// A cgroup path pattern: components, `*` within a component matches any
+/// characters but '/', a `**` component matches any number of components.
+#[derive(Debug, Clone)]
+struct Pattern {
+    text: String,
+    parts: Vec<String>,
+}
+
+impl Pattern {
+    fn parse(s: &str) -> Result<Self> {
+        if !s.starts_with('/') {
+            bail!("a cgroup pattern is an absolute path like \"/system.slice/backup.service\", got {s:?}");
+        }
+        let parts: Vec<String> = s.split('/').filter(|c| !c.is_empty()).map(str::to_owned).collect();
+        if let Some(bad) = parts.iter().find(|p| p.contains("**") && p.as_str() != "**") {
+            bail!("`**` must be a whole path component (\"/user.slice/**\"), got {bad:?} in {s:?}");
+        }
+        if let Some(bad) = parts.iter().find(|p| *p == "." || *p == "..") {
+            bail!("{bad:?} is not allowed in a cgroup pattern ({s:?})");
+        }
+        Ok(Self { text: s.to_owned(), parts })
+    }
+
+    fn matches(&self, path: &[&str]) -> bool {
+        fn go(pat: &[String], path: &[&str]) -> bool {
+            match pat.split_first() {
+                None => path.is_empty(),
+                Some((p, rest)) if p == "**" => (0..=path.len()).any(|i| go(rest, &path[i..])),
+                Some((p, rest)) => path.split_first().is_some_and(|(c, tail)| glob(p, c) && go(rest, tail)),
+            }
+        }
+        go(&self.parts, path)
+    }
+
+    /// More literal components first, then fewer wildcards.
+    fn specificity(&self) -> (usize, isize) {
+        let literal = self.parts.iter().filter(|p| !p.contains('*')).count();
+        let wild =
+            self.parts.iter().map(|p| if p == "**" { 2 } else { p.matches('*').count() as isize }).sum::<isize>();
+        (literal, -wild)
+    }
+
+    /// A cgroup path this pattern matches, for --check-policy.
+    fn example(&self) -> String {
+        let parts: Vec<String> = self.parts.iter().filter(|p| *p != "**").map(|p| p.replace('*', "x")).collect();
+        format!("/{}", parts.join("/"))
+    }
+}
+
+/// `*` matches any run of characters within one component.
+fn glob(pat: &str, s: &str) -> bool {
+    match pat.split_once('*') {
+        None => pat == s,
+        Some((head, rest)) => {
+            s.starts_with(head) && (head.len()..=s.len()).any(|i| s.is_char_boundary(i) && glob(rest, &s[i..]))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Mode, Size, Window};
+
+    fn set(files: &[&str]) -> Result<PolicySet> {
+        let texts: Vec<(String, String)> =
+            files.iter().enumerate().map(|(i, t)| (format!("{i}.toml"), t.to_string())).collect();
+        PolicySet::from_texts(&texts)
+    }
+
+    fn err(files: &[&str]) -> String {
+        format!("{:#}", set(files).unwrap_err())
+    }
+
+    #[test]
+    fn globs() {
+        let p = |s: &str| Pattern::parse(s).unwrap();
+        let m = |pat: &str, path: &str| {
+            let parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+            p(pat).matches(&parts)
+        };
+        assert!(m("/system.slice/backup.service", "/system.slice/backup.service"));
+        assert!(!m("/system.slice/backup.service", "/system.slice"));
+        assert!(m("/user.slice/**", "/user.slice"));
+        assert!(m("/user.slice/**", "/user.slice/user-1000.slice/session-2.scope"));
+        assert!(m("/user.slice/user-*.slice", "/user.slice/user-1000.slice"));
+        assert!(!m("/user.slice/user-*.slice", "/user.slice/user-1000.slice/x"));
+        assert!(m("/**/db.service", "/a/b/db.service"));
+        assert!(m("/", "/"));
+        assert!(p("/a/b").specificity() > p("/a/*").specificity());
+        assert!(p("/a/*").specificity() > p("/a/**").specificity());
+    }
+
+    #[test]
+    fn most_specific_wins_and_inherits_from_the_parent() {
+        let s = set(&[r#"
+            burst = "8MiB"
+            [[policy]]
+            cgroup = "/system.slice/**"
+            window = "32MiB"
+            [[policy]]
+            cgroup = "/system.slice/postgresql.service"
+            mode = "off"
+        "#])
+        .unwrap();
+        assert_eq!(s.root().burst, Size(8 << 20));
+        let db = s.resolve("/system.slice/postgresql.service");
+        assert_eq!(db.mode, Mode::Off);
+        assert_eq!(db.window, Window::Fixed(Size(32 << 20)), "from the parent's match");
+        assert_eq!(db.burst, Size(8 << 20), "from the root");
+        let other = s.resolve("/system.slice/cron.service");
+        assert_eq!(other.mode, Mode::Sequential);
+        assert_eq!(other.window, Window::Fixed(Size(32 << 20)));
+        assert_eq!(s.resolve("/user.slice"), *s.root());
+    }
+
+    #[test]
+    fn later_files_win() {
+        let s =
+            set(&["[[policy]]\ncgroup = \"/a\"\nmode = \"off\"\n", "[[policy]]\ncgroup = \"/a\"\nmode = \"append\"\n"])
+                .unwrap();
+        assert_eq!(s.resolve("/a").mode, Mode::Append);
+        assert_eq!(s.sources.len(), 3);
+    }
+
+    #[test]
+    fn bad_files_say_what_and_where() {
+        assert!(err(&[""]).contains("sets no policy key"));
+        assert!(err(&["windw = 1"]).contains("unknown field `windw`"));
+        assert!(err(&["windw = 1"]).contains("line 1, column 1"), "{}", err(&["windw = 1"]));
+        assert!(err(&["burst = -5"]).contains("must not be negative"));
+        assert!(err(&["mode = \"fast\""]).contains("unknown variant `fast`"));
+        assert!(err(&["window = 5.5"]).contains("or \"auto\""), "{}", err(&["window = 5.5"]));
+        assert!(err(&["cgroup = \"/a\""]).contains("belongs in a [[policy]] table"));
+        assert!(err(&["[[policy]]\nmode = \"off\""]).contains("needs `cgroup"));
+        assert!(err(&["[[policy]]\ncgroup = \"a\"\nmode = \"off\""]).contains("absolute path"));
+        assert!(err(&["[[policy]]\ncgroup = \"/a**\"\nmode = \"off\""]).contains("whole path component"));
+        let twice = "[[policy]]\ncgroup = \"/a\"\nmode = \"off\"\n[[policy]]\ncgroup = \"/a\"\nburst = 1\n";
+        assert!(err(&[twice]).contains("the same cgroup pattern twice"));
+        let device = "[[policy]]\ncgroup = \"/a\"\npacing = false\n";
+        assert!(err(&[device]).contains("applies to a whole device"));
+        let bounds = "[[policy]]\ncgroup = \"/a\"\nmin_window = \"1GiB\"\n";
+        assert!(err(&[bounds]).contains("larger than max_window"));
+        assert!(err(&["\u{0}\u{1}garbage"]).contains("0.toml"));
+    }
+
+    #[test]
+    fn shipped_examples_load() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/examples");
+        let files = dir_files(&dir).unwrap();
+        assert!(files.len() >= 3, "{files:?}");
+        for f in &files {
+            PolicySet::load(std::slice::from_ref(f)).unwrap_or_else(|e| panic!("{}: {e:#}", f.display()));
+        }
+        let all = PolicySet::load(&files).unwrap();
+        assert_eq!(all.resolve("/system.slice/postgresql.service").mode, Mode::Off);
+        assert!(all.describe().contains("/system.slice/backup.service"));
+    }
+
+    /// The parser never panics, whatever it is given (a small fuzz loop;
+    /// `cargo xtask` runs it with the unit tests).
+    #[test]
+    fn never_panics_on_garbage() {
+        let pieces = [
+            "window",
+            "=",
+            "\"16MiB\"",
+            "[[policy]]",
+            "cgroup",
+            "\"/a/**\"",
+            "\n",
+            "-1",
+            "1e999",
+            "\"auto\"",
+            "[",
+            "]",
+            "{",
+            "}",
+            "mode",
+            "\"off\"",
+            "\u{fffd}",
+            "burst",
+            "18446744073709551616",
+            "\"99999999TiB\"",
+            "on_battery",
+            ",",
+            "'",
+            "\"",
+            "#",
+            "window_seconds",
+            "nan",
+            "inf",
+            "0",
+            "[policy]",
+        ];
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            for _ in 0..(x % 12) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                text += pieces[(x % pieces.len() as u64) as usize];
+                text += if x & 1 == 0 { " " } else { "\n" };
+            }
+            x = x.wrapping_add(1);
+            let _ = set(&[&text]);
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Policies per cgroup (issue 6), with the real daemon and BPF: a cgroup
+//! whose policy is off is left alone while its neighbour streams; SIGHUP
+//! brings a changed window into force on the next span, and a broken file
+//! changes nothing.
+
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use wb_tests::*;
+
+/// A cgroup made under the v2 hierarchy for the test, removed after it.
+struct Cgroup {
+    dir: PathBuf,
+    /// Its path as policies name it ("/wb-test-123-off").
+    path: String,
+}
+
+impl Cgroup {
+    fn new(tag: &str) -> Result<Self> {
+        let root = v2_root()?;
+        let name = format!("wb-test-{}-{tag}", std::process::id());
+        let dir = root.join(&name);
+        std::fs::create_dir(&dir).with_context(|| format!("creating cgroup {}", dir.display()))?;
+        Ok(Self { dir, path: format!("/{name}") })
+    }
+
+    /// dd of `mib` MiB into `out`, run inside this cgroup; returns its pid.
+    fn dd(&self, out: &std::path::Path, mib: u32) -> Result<u32> {
+        let procs = self.dir.join("cgroup.procs");
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {} && exec dd if=/dev/zero of={} bs=1M count={mib} status=none",
+                procs.display(),
+                out.display()
+            ))
+            .stdin(Stdio::null())
+            .spawn()?;
+        let pid = child.id();
+        if !child.wait()?.success() {
+            bail!("dd in {} failed", self.path);
+        }
+        Ok(pid)
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // Its processes have exited; the kernel may take a moment to agree.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn v2_root() -> Result<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
+    text.lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            (post.split_whitespace().next()? == "cgroup2").then(|| pre.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .context("no cgroup v2 hierarchy mounted")
+}
+
+/// (spans, bytes) of the stream the daemon logged for `pid`, if any.
+fn stream_of(log: &str, pid: u32) -> Option<(u64, u64)> {
+    let line = log.lines().find(|l| l.contains("stream ended") && l.contains(&format!("pid={pid} ")))?;
+    let field = |k: &str| line.split(&format!(" {k}=")).nth(1)?.split_whitespace().next()?.parse().ok();
+    Some((field("spans")?, field("bytes")?))
+}
+
+/// Waits until the daemon's log has what `want` looks for.
+fn wait_log(d: &Daemon, want: &str) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = d.log_text();
+        if log.contains(want) {
+            return Ok(log);
+        }
+        if Instant::now() > deadline {
+            bail!("no {want:?} in the daemon log:\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_cgroup_with_mode_off_is_left_alone() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
+    let (on, off) = (Cgroup::new("on")?, Cgroup::new("off")?);
+    let policy =
+        format!("window = \"8MiB\"\nburst = \"1MiB\"\n[[policy]]\ncgroup = \"{}\"\nmode = \"off\"\n", off.path);
+    let daemon = Daemon::start_with_policy(&policy)?;
+    let on_pid = on.dd(&fs.path("on"), 128)?;
+    let off_pid = off.dd(&fs.path("off"), 128)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let log = daemon.stop()?;
+    println!(
+        "  dd in {}: {:?}; dd in {} (off): {:?}",
+        on.path,
+        stream_of(&log, on_pid),
+        off.path,
+        stream_of(&log, off_pid)
+    );
+    assert!(log.contains(&format!("cgroup={}", off.path)), "the off policy was not applied:\n{log}");
+    assert!(
+        stream_of(&log, on_pid).is_some_and(|(spans, _)| spans >= 8),
+        "the streaming cgroup was not flushed:\n{log}"
+    );
+    assert!(!log.contains(&format!("pid={off_pid} ")), "the off cgroup's writer was acted on:\n{log}");
+    Ok(())
+}
+
+#[test]
+fn reload_changes_the_window_and_a_broken_file_changes_nothing() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
+    let cg = Cgroup::new("reload")?;
+    let daemon = Daemon::start_with_policy("window = \"32MiB\"\nburst = \"1MiB\"\n")?;
+    let spans = |pid: u32| -> Result<u64> {
+        let log = wait_log(&daemon, &format!("pid={pid} "))?;
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(stream_of(&log, pid).map_or(0, |s| s.0))
+    };
+    let before = spans(cg.dd(&fs.path("a"), 256)?)?;
+
+    std::fs::write(daemon.policy_file(), "window = \"8MiB\"\nburst = \"1MiB\"\n")?;
+    daemon.reload();
+    wait_log(&daemon, "policies reloaded")?;
+    let after = spans(cg.dd(&fs.path("b"), 256)?)?;
+
+    std::fs::write(daemon.policy_file(), "window = \"8MiB\"\nburst = \"1MiB\"\nwindw = 3\n")?;
+    daemon.reload();
+    wait_log(&daemon, "policy reload rejected")?;
+    let broken = spans(cg.dd(&fs.path("c"), 256)?)?;
+    let log = daemon.stop()?;
+    println!(
+        "  spans of 256 MiB: 32 MiB window {before}, after reload to 8 MiB {after}, after a broken reload {broken}"
+    );
+    assert!((6..=9).contains(&before), "{before} spans with a 32 MiB window:\n{log}");
+    assert!((28..=33).contains(&after), "{after} spans after reloading an 8 MiB window:\n{log}");
+    assert!((28..=33).contains(&broken), "{broken} spans after a broken reload:\n{log}");
+    assert!(log.contains("unknown field `windw`"), "the rejection must say why:\n{log}");
+    Ok(())
+}
