@@ -62,6 +62,27 @@ impl CgroupPolicies {
         &self.set
     }
 
+    /// Where policies are matched, for `wbctl status`.
+    pub fn describe(&self) -> String {
+        match &self.v2 {
+            None => "no cgroup v2 hierarchy: every process gets the root policy".into(),
+            Some(p) => {
+                let procs = std::fs::read_to_string(p.join("cgroup.procs")).unwrap_or_default().lines().count();
+                let children =
+                    std::fs::read_dir(p).map(|d| d.flatten().filter(|e| e.path().is_dir()).count()).unwrap_or(0);
+                if children == 0 {
+                    format!("{} (empty: hybrid host, all {procs} processes get the root policy)", p.display())
+                } else {
+                    format!(
+                        "{} ({children} top-level cgroups; {} with a policy of their own)",
+                        p.display(),
+                        self.pushed.len()
+                    )
+                }
+            }
+        }
+    }
+
     pub fn on_battery(&self) -> bool {
         self.on_battery
     }

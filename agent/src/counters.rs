@@ -73,6 +73,22 @@ impl Counters {
         ErrorKind::ALL.iter().map(|&k| (k.name(), self.errors[k as usize].load(Relaxed))).collect()
     }
 
+    /// Every counter by name, errors as error_<kind>.
+    pub fn snapshot(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut m: std::collections::BTreeMap<String, u64> = [
+            ("events", &self.events),
+            ("streams_started", &self.streams_started),
+            ("spans_flushed", &self.spans_flushed),
+            ("bytes_flushed", &self.bytes_flushed),
+            ("closed_files_flushed", &self.closed_files_flushed),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))
+        .collect();
+        m.extend(self.errors().into_iter().map(|(k, v)| (format!("error_{k}"), v)));
+        m
+    }
+
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Relaxed)
     }

@@ -67,6 +67,8 @@ struct Device {
     /// The bandwidth BPF was last told.
     pushed_bw: u64,
     last_event: Instant,
+    /// Dirty + writeback bytes of the device at its latest event.
+    dirty: u64,
     /// The dirty cap the agent set, 0 when not pacing.
     budget: u64,
 }
@@ -120,11 +122,13 @@ impl Devices {
                 max_request,
                 pushed_bw: 0,
                 last_event: Instant::now(),
+                dirty: 0,
                 budget: 0,
             }
         });
         dev.shared.est.lock().unwrap().kernel(ev.bdi_bw_pages * self.page_size);
         dev.last_event = Instant::now();
+        dev.dirty = (ev.bdi_dirty_pages as i64).max(0) as u64 * self.page_size;
         let unpaced = dev.budget == 0;
         if dev.sb_devs.insert(ev.sb_dev)
             && let Some(m) = &mut self.map
@@ -207,6 +211,24 @@ impl Devices {
             self.pacer.release(bdi);
             dev.budget = 0;
         }
+    }
+
+    /// For `wbctl devices`.
+    pub fn status(&self) -> Vec<crate::status::DeviceStatus> {
+        let mut v: Vec<_> = self
+            .devs
+            .iter()
+            .map(|(bdi, d)| crate::status::DeviceStatus {
+                bdi: bdi.clone(),
+                bandwidth: d.shared.bandwidth(),
+                window: d.shared.window(),
+                chunk: d.shared.chunk(),
+                dirty: d.dirty,
+                paced_budget: d.budget,
+            })
+            .collect();
+        v.sort_by(|a, b| a.bdi.cmp(&b.bdi));
+        v
     }
 
     /// Puts every bdi limit the agent changed back (daemon stopping).

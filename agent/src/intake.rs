@@ -1,24 +1,32 @@
 //! Event intake: drains the ring buffer as it becomes readable and feeds the
-//! stream table; once a second reaps streams of exited writers and reports
-//! ring-buffer drops.
+//! stream table; once a second reaps streams of exited writers, reports
+//! ring-buffer drops, walks the cgroups and publishes the status the control
+//! socket serves; acts on reloads (SIGHUP or `wbctl reload`).
 
-use std::{future::Future, time::Duration};
+use std::{
+    future::Future,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use anyhow::Result;
 use aya::maps::{MapData, RingBuf};
-use tokio::io::unix::AsyncFd;
+use tokio::{io::unix::AsyncFd, sync::mpsc};
 
 use crate::{
     abi::{wb_event, wb_stat},
     cgroups::CgroupPolicies,
-    counters::ErrorKind,
+    control::{Command, Shared},
+    counters::{Counters, ErrorKind},
     loader::Loaded,
     policies::PolicySet,
+    status::Status,
     streams::StreamTable,
 };
 
 /// Runs until `shutdown`.  Each time `hup` fires (SIGHUP), `reload` reads
 /// the policies again; None (a broken file) keeps the running ones.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     loaded: &Loaded,
     events: RingBuf<MapData>,
@@ -26,6 +34,7 @@ pub async fn run(
     cgroups: &mut CgroupPolicies,
     hup: &mut tokio::signal::unix::Signal,
     reload: impl Fn() -> Option<PolicySet>,
+    ctl: &mut Control,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     // SAFETY: the ring buffer owns its fd and outlives the registration
@@ -43,15 +52,12 @@ pub async fn run(
                 guard.clear_ready();
             }
             _ = batch_tick.tick() => table.tick(cgroups.on_battery()),
-            _ = hup.recv() => {
-                if let Some(set) = reload() {
-                    table.set_policy(set.root().clone());
-                    cgroups.replace(set);
-                    tracing::info!(policies = %cgroups.set().sources.join(", "), "policies reloaded");
-                }
-            }
+            Some(_) = ctl.commands.recv() => apply_reload(table, cgroups, &reload),
+            _ = hup.recv() => apply_reload(table, cgroups, &reload),
             _ = tick.tick() => {
                 cgroups.refresh();
+                ctl.publish(loaded, table, cgroups);
+                crate::sys::notify("WATCHDOG=1");
                 table.reap_exited();
                 let drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS);
                 if drops > drops_seen {
@@ -65,6 +71,48 @@ pub async fn run(
                 return Ok(());
             }
         }
+    }
+}
+
+fn apply_reload(table: &mut StreamTable, cgroups: &mut CgroupPolicies, reload: &impl Fn() -> Option<PolicySet>) {
+    if let Some(set) = reload() {
+        table.set_policy(set.root().clone());
+        cgroups.replace(set);
+        tracing::info!(policies = %cgroups.set().sources.join(", "), "policies reloaded");
+    }
+}
+
+/// The intake task's side of the control socket.
+pub struct Control {
+    pub shared: Arc<Mutex<Shared>>,
+    pub commands: mpsc::UnboundedReceiver<Command>,
+    pub counters: Arc<Counters>,
+    pub started: Instant,
+    pub backend: &'static str,
+}
+
+impl Control {
+    /// Refreshes what the socket reports.
+    pub fn publish(&self, loaded: &Loaded, table: &StreamTable, cgroups: &CgroupPolicies) {
+        let (streams, devices) = table.status();
+        let mut counters = self.counters.snapshot();
+        counters.insert("ring_buffer_drops".into(), loaded.stat(wb_stat::WB_STAT_RB_DROPS));
+        counters.insert("untracked_map_full".into(), loaded.stat(wb_stat::WB_STAT_MAP_FULL));
+        let status = Status {
+            version: env!("CARGO_PKG_VERSION").into(),
+            backend: self.backend.into(),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().into(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            policy_sources: cgroups.set().sources.clone(),
+            cgroups: cgroups.describe(),
+            on_battery: cgroups.on_battery(),
+            devices,
+            streams,
+            counters,
+        };
+        let mut s = self.shared.lock().unwrap();
+        s.status = status;
+        s.policies = cgroups.set().clone();
     }
 }
 

@@ -6,12 +6,14 @@
 //! `devices` (per-device windows and pacing), `bandwidth` (the estimator and
 //! window arithmetic), `pacing` (bdi dirty limits), `power`, `handles`
 //! (closed files by file handle), `policy` (keys), `policies` (files, per
-//! cgroup), `cgroups` (policies to BPF by cgroup id), `counters`, `sys` (syscall
+//! cgroup), `cgroups` (policies to BPF by cgroup id), `control` (the socket),
+//! `status` (what it reports, and the protocol), `counters`, `sys` (syscall
 //! wrappers), `abi` (generated).
 
 pub mod abi;
 pub mod bandwidth;
 pub mod cgroups;
+pub mod control;
 pub mod counters;
 pub mod devices;
 pub mod flusher;
@@ -22,5 +24,6 @@ pub mod pacing;
 pub mod policies;
 pub mod policy;
 pub mod power;
+pub mod status;
 pub mod streams;
 pub mod sys;

@@ -5,7 +5,8 @@ use std::{
     io::IsTerminal,
     path::{Path, PathBuf},
     process::ExitCode,
-    sync::Arc,
+    sync::{Arc, Mutex},
+    time::Instant,
 };
 
 use anyhow::Result;
@@ -13,14 +14,26 @@ use tokio::signal::unix::{SignalKind, signal};
 use writebehindd::{
     abi::{wb_config, wb_stat},
     cgroups::CgroupPolicies,
+    control::{self, Shared},
     counters::Counters,
     devices::Devices,
     intake,
     loader::{self, Loaded},
     pacing::Pacer,
     policies::{self, POLICY_DIR, PolicySet},
+    status::SOCKET,
     streams::StreamTable,
 };
+
+/// A group's id from its name (or a number).
+fn group_id(g: &str) -> Option<u32> {
+    if let Ok(n) = g.parse() {
+        return Some(n);
+    }
+    let name = std::ffi::CString::new(g).ok()?;
+    let gr = unsafe { libc::getgrnam(name.as_ptr()) };
+    (!gr.is_null()).then(|| unsafe { (*gr).gr_gid })
+}
 
 const USAGE: &str = "\
 usage: writebehindd [--policy-dir DIR] [--policy FILE]... [--help] [--version]
@@ -36,6 +49,8 @@ stays).
   --policy FILE        one more policy file, applied after the directory
   --check-policy PATH  validate policy files (or directories of them), print
                        the effective policy per match, and exit
+  --control PATH       control socket for wbctl (default /run/writebehindd/control.sock)
+  --control-group GRP  also let this group read the daemon's state (wbctl status)
 
 Policies: policies/README.md and the embedded default, policies/default.toml.
 Log level: RUST_LOG (default info).";
@@ -44,10 +59,13 @@ struct Args {
     dir: PathBuf,
     files: Vec<PathBuf>,
     check: Option<Vec<PathBuf>>,
+    control: PathBuf,
+    control_group: Option<u32>,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
-    let mut a = Args { dir: POLICY_DIR.into(), files: Vec::new(), check: None };
+    let mut a =
+        Args { dir: POLICY_DIR.into(), files: Vec::new(), check: None, control: SOCKET.into(), control_group: None };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |what: &str| args.next().ok_or_else(|| format!("{arg} needs {what}"));
@@ -62,6 +80,11 @@ fn parse_args() -> Result<Option<Args>, String> {
             }
             "--policy-dir" => a.dir = value("a directory")?.into(),
             "--policy" => a.files.push(value("a file")?.into()),
+            "--control" => a.control = value("a socket path")?.into(),
+            "--control-group" => {
+                let g = value("a group name or id")?;
+                a.control_group = Some(group_id(&g).ok_or_else(|| format!("no group {g:?}"))?);
+            }
             "--check-policy" => {
                 let rest: Vec<PathBuf> = args.by_ref().map(PathBuf::from).collect();
                 if rest.is_empty() {
@@ -148,10 +171,23 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
     );
     let mut cgroups = CgroupPolicies::new(set, config, cgroup_map);
 
+    let (server, listener) = control::Server::bind(&args.control)?;
     let counters = Arc::new(Counters::default());
+    let shared = Arc::new(Mutex::new(Shared { status: Default::default(), policies: cgroups.set().clone() }));
+    let (cmd_tx, cmd_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut ctl = intake::Control {
+        shared: shared.clone(),
+        commands: cmd_rx,
+        counters: counters.clone(),
+        started: Instant::now(),
+        backend: "tracepoint",
+    };
     let mut table = StreamTable::new(counters.clone(), Devices::new(root, Some(devices), pacer));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
+        let _server = server;
+        tokio::spawn(control::serve(listener, shared, cmd_tx, args.control_group));
+        writebehindd::sys::notify("READY=1");
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
@@ -168,7 +204,7 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
                 _ = int.recv() => {}
             }
         };
-        intake::run(&loaded, events, &mut table, &mut cgroups, &mut hup, reload, shutdown).await
+        intake::run(&loaded, events, &mut table, &mut cgroups, &mut hup, reload, &mut ctl, shutdown).await
     })?;
 
     table.shutdown();

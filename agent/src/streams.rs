@@ -252,6 +252,38 @@ impl StreamTable {
         );
     }
 
+    /// Active streams and multi-file writers, for `wbctl streams`.
+    pub fn status(&self) -> (Vec<crate::status::StreamStatus>, Vec<crate::status::DeviceStatus>) {
+        use crate::status::StreamStatus;
+        let cgroup = |pid: u32| crate::control::cgroup_of(pid).unwrap_or_default();
+        let mut v: Vec<StreamStatus> = self
+            .streams
+            .iter()
+            .map(|(k, s)| StreamStatus {
+                pid: k.tgid,
+                comm: s.comm.clone(),
+                cgroup: cgroup(k.tgid),
+                kind: "file".into(),
+                bdi: s.bdi.clone(),
+                files: 1,
+                bytes_flushed: s.bytes,
+                secs: s.started.elapsed().as_secs_f64(),
+            })
+            .chain(self.writers.iter().map(|(pid, w)| StreamStatus {
+                pid: *pid,
+                comm: w.comm.clone(),
+                cgroup: cgroup(*pid),
+                kind: "multi-file".into(),
+                bdi: w.bdi.clone(),
+                files: w.files,
+                bytes_flushed: w.bytes,
+                secs: w.started.elapsed().as_secs_f64(),
+            }))
+            .collect();
+        v.sort_by_key(|s| s.pid);
+        (v, self.devices.status())
+    }
+
     /// Ends every stream (daemon shutdown) after queued spans are submitted.
     pub fn shutdown(&mut self) {
         for ((bdi, _), p) in std::mem::take(&mut self.pending) {

@@ -94,3 +94,18 @@ pub fn sync_file_range(fd: RawFd, start: u64, end: u64, flags: libc::c_uint) -> 
 pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
+
+/// sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET
+/// ("READY=1", "WATCHDOG=1", "STOPPING=1").  Nothing when not under systemd.
+pub fn notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else { return };
+    let bytes = path.as_encoded_bytes();
+    let _ = if let Some(abstract_name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(abstract_name)
+            .and_then(|a| sock.send_to_addr(state.as_bytes(), &a))
+    } else {
+        sock.send_to(state.as_bytes(), path)
+    };
+}

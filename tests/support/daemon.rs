@@ -46,6 +46,8 @@ impl Daemon {
         let dir = scratch.0.join("policies.d");
         std::fs::create_dir_all(&dir)?;
         cmd.arg("--policy-dir").arg(&dir);
+        // Its own control socket: never the host daemon's.
+        cmd.arg("--control").arg(scratch.0.join("control.sock"));
         if let Some(text) = policy {
             let file = scratch.0.join("policy.toml");
             std::fs::write(&file, text)?;
@@ -74,6 +76,11 @@ impl Daemon {
     /// The policy file given with start_with_policy (rewrite it, then reload).
     pub fn policy_file(&self) -> PathBuf {
         self._scratch.0.join("policy.toml")
+    }
+
+    /// The daemon's control socket.
+    pub fn socket(&self) -> PathBuf {
+        self._scratch.0.join("control.sock")
     }
 
     /// SIGHUP: re-read the policies.

@@ -5,6 +5,7 @@
 //!   cargo xtask bench [--quick] measure write-behind against the alternatives
 
 mod bench;
+mod install;
 
 use std::process::{Command, ExitCode};
 
@@ -17,7 +18,11 @@ commands:
   run [-- ARGS]      build the daemon (release) and run it in the foreground as root
   test [ARGS]        build, then run all tests (needs root: they load BPF and make loop devices);
                      ARGS go to cargo test (e.g. a test name filter)
-  bench [--quick]    run the benchmark scenarios side by side with the kernel default";
+  bench [--quick]    run the benchmark scenarios side by side with the kernel default
+  install [--root DIR]    build (release) and install the daemon, wbctl, the systemd unit,
+                          completions and docs under DIR (default /); then
+                          systemctl enable --now writebehindd
+  uninstall [--root DIR]  remove what install put there (policies in /etc are kept)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -25,6 +30,8 @@ fn main() -> ExitCode {
         Some("run") => run(&args[1..]),
         Some("test") => test(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
+        Some("install") => install::install(&args[1..]),
+        Some("uninstall") => install::uninstall(&args[1..]),
         // The bench's in-application writers (Linus's loop, RWF_DONTCACHE).
         Some("writer") => bench::writer::main(&args[1..]),
         Some("-h" | "--help") | None => {
@@ -50,6 +57,12 @@ pub fn cargo(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// A release binary of the workspace, wherever cargo puts them.
+pub fn release_bin(name: &str) -> std::path::PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
+    std::path::Path::new(&dir).join("release").join(name)
+}
+
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -58,7 +71,7 @@ fn is_root() -> bool {
 fn run(args: &[String]) -> Result<()> {
     cargo(&["build", "--release", "-p", "writebehindd"])?;
     let args: Vec<&str> = args.iter().map(String::as_str).skip_while(|a| *a == "--").collect();
-    let status = Command::new("target/release/writebehindd").args(&args).status()?;
+    let status = Command::new(release_bin("writebehindd")).args(&args).status()?;
     if !status.success() {
         bail!("writebehindd exited with {status}");
     }

@@ -1,0 +1,218 @@
+//! wbctl: ask the running writebehindd what it is doing.  A thin client of
+//! the control socket: every answer comes from the daemon.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    os::unix::net::UnixStream,
+    path::PathBuf,
+    process::ExitCode,
+    time::Duration,
+};
+
+use clap::{CommandFactory, Parser, Subcommand};
+use writebehindd::status::{DeviceStatus, PROTOCOL, Request, Response, SOCKET, Status, StreamStatus};
+
+#[derive(Parser)]
+#[command(name = "wbctl", version, about = "Query and control the writebehindd daemon")]
+struct Cli {
+    /// The daemon's control socket.
+    #[arg(long, global = true, default_value = SOCKET)]
+    socket: PathBuf,
+    /// Print the daemon's answer as JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Backend, kernel, policies, devices, streaming writers and counters.
+    Status,
+    /// Active streaming writers: pid, command, cgroup, files, bytes flushed, rate.
+    Streams,
+    /// Devices: bandwidth estimate, window, in flight, dirty, pacing.
+    Devices,
+    /// The effective policy of a process or a cgroup (default: the root's).
+    Policy {
+        #[arg(long, conflicts_with = "cgroup")]
+        pid: Option<u32>,
+        #[arg(long)]
+        cgroup: Option<String>,
+    },
+    /// Refresh `status` every second until interrupted.
+    Watch,
+    /// OpenMetrics text, for a Prometheus textfile collector.
+    Metrics,
+    /// Re-read the policy files (root only; like systemctl reload).
+    Reload,
+    /// Print a shell completion script.
+    Completions { shell: clap_complete::Shell },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wbctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<(), String> {
+    let (cmd, pid, cgroup) = match &cli.cmd {
+        Cmd::Completions { shell } => {
+            clap_complete::generate(*shell, &mut Cli::command(), "wbctl", &mut std::io::stdout());
+            return Ok(());
+        }
+        Cmd::Watch => return watch(cli),
+        Cmd::Status => ("status", None, None),
+        Cmd::Streams => ("streams", None, None),
+        Cmd::Devices => ("devices", None, None),
+        Cmd::Policy { pid, cgroup } => ("policy", *pid, cgroup.clone()),
+        Cmd::Metrics => ("metrics", None, None),
+        Cmd::Reload => ("reload", None, None),
+    };
+    let data = ask(cli, &Request { v: PROTOCOL, cmd: cmd.into(), pid, cgroup })?;
+    if cli.json {
+        println!("{}", serde_json::to_string_pretty(&data).unwrap_or_default());
+        return Ok(());
+    }
+    let decode = |e: serde_json::Error| format!("unexpected answer from the daemon: {e}");
+    match &cli.cmd {
+        Cmd::Status => print!("{}", status_text(&serde_json::from_value(data).map_err(decode)?)),
+        Cmd::Streams => print!("{}", streams_text(&serde_json::from_value::<Vec<StreamStatus>>(data).map_err(decode)?)),
+        Cmd::Devices => print!("{}", devices_text(&serde_json::from_value::<Vec<DeviceStatus>>(data).map_err(decode)?)),
+        Cmd::Policy { .. } => {
+            println!("cgroup {}", data["cgroup"].as_str().unwrap_or("?"));
+            if let Some(p) = data["policy"].as_object() {
+                for (k, v) in p {
+                    println!("  {k} = {}", v.as_str().unwrap_or("?"));
+                }
+            }
+        }
+        _ => println!("{}", data.as_str().map(str::to_owned).unwrap_or_else(|| data.to_string()).trim_end()),
+    }
+    Ok(())
+}
+
+/// One request, one answer; the daemon's error becomes ours.
+fn ask(cli: &Cli, req: &Request) -> Result<serde_json::Value, String> {
+    let mut s = UnixStream::connect(&cli.socket).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+            format!("writebehindd is not running (no daemon at {})", cli.socket.display())
+        }
+        std::io::ErrorKind::PermissionDenied => format!("permission denied on {}", cli.socket.display()),
+        _ => format!("cannot reach writebehindd at {}: {e}", cli.socket.display()),
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let line = serde_json::to_string(req).map_err(|e| e.to_string())? + "\n";
+    s.write_all(line.as_bytes()).map_err(|e| format!("writing to the daemon: {e}"))?;
+    let mut answer = String::new();
+    BufReader::new(&s).read_line(&mut answer).map_err(|e| format!("reading the daemon's answer: {e}"))?;
+    let r: Response = serde_json::from_str(&answer).map_err(|e| format!("unexpected answer from the daemon: {e}"))?;
+    match r {
+        Response { ok: true, data: Some(d), .. } => Ok(d),
+        Response { error, .. } => Err(error.unwrap_or_else(|| "the daemon refused without a reason".into())),
+    }
+}
+
+fn watch(cli: &Cli) -> Result<(), String> {
+    let mut history: std::collections::HashMap<String, Vec<u64>> = Default::default();
+    loop {
+        let data = ask(cli, &Request { v: PROTOCOL, cmd: "status".into(), pid: None, cgroup: None })?;
+        let s: Status = serde_json::from_value(data).map_err(|e| e.to_string())?;
+        print!("\x1b[H\x1b[2J{}", status_text(&s));
+        println!("\ndirty per device, last 60 s:");
+        for d in &s.devices {
+            let h = history.entry(d.bdi.clone()).or_default();
+            h.push(d.dirty);
+            if h.len() > 60 {
+                h.remove(0);
+            }
+            println!("  {:<10} {} {}", d.bdi, sparkline(h), mib(d.dirty));
+        }
+        std::io::stdout().flush().ok();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn sparkline(v: &[u64]) -> String {
+    let bars = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = v.iter().copied().max().unwrap_or(0).max(1);
+    v.iter().map(|&x| bars[(x * 7 / max) as usize]).collect()
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+}
+
+fn status_text(s: &Status) -> String {
+    let mut out = format!(
+        "writebehindd {} — backend {}, kernel {}, up {:.0} s{}\npolicies: {}\ncgroups: {}\n\n",
+        s.version,
+        s.backend,
+        s.kernel,
+        s.uptime_s,
+        if s.on_battery { ", on battery" } else { "" },
+        s.policy_sources.join(", "),
+        s.cgroups
+    );
+    out += &devices_text(&s.devices);
+    out += "\n";
+    out += &streams_text(&s.streams);
+    out += "\ncounters:";
+    for (k, v) in s.counters.iter().filter(|(k, v)| **v > 0 || !k.starts_with("error_")) {
+        out += &format!(" {k}={v}");
+    }
+    out + "\n"
+}
+
+fn devices_text(d: &[DeviceStatus]) -> String {
+    let mut out = format!(
+        "{:<10} {:>12} {:>10} {:>10} {:>10} {:>12}\n",
+        "DEVICE", "BANDWIDTH", "WINDOW", "IN FLIGHT", "DIRTY", "PACING"
+    );
+    for d in d {
+        let pacing = if d.paced_budget > 0 { format!("cap {}", mib(d.paced_budget)) } else { "off".into() };
+        out += &format!(
+            "{:<10} {:>10}/s {:>10} {:>10} {:>10} {:>12}\n",
+            d.bdi,
+            mib(d.bandwidth),
+            mib(d.window),
+            mib(d.chunk),
+            mib(d.dirty),
+            pacing
+        );
+    }
+    if d.is_empty() {
+        out += "(no device seen yet)\n";
+    }
+    out
+}
+
+fn streams_text(v: &[StreamStatus]) -> String {
+    let mut out = format!(
+        "{:>7} {:<16} {:<10} {:<8} {:>6} {:>12} {:>10}  {}\n",
+        "PID", "COMMAND", "KIND", "DEVICE", "FILES", "FLUSHED", "RATE", "CGROUP"
+    );
+    for s in v {
+        out += &format!(
+            "{:>7} {:<16} {:<10} {:<8} {:>6} {:>12} {:>8}/s  {}\n",
+            s.pid,
+            s.comm,
+            s.kind,
+            s.bdi,
+            s.files,
+            mib(s.bytes_flushed),
+            mib(s.rate() as u64),
+            s.cgroup
+        );
+    }
+    if v.is_empty() {
+        out += "(no streaming writer)\n";
+    }
+    out
+}

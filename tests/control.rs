@@ -1,0 +1,165 @@
+//! The operator's surface (issue 7): wbctl against the real daemon over its
+//! control socket, privileges, malformed requests, metrics, the unit file.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    os::unix::{net::UnixStream, process::CommandExt},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{Result, bail};
+use wb_tests::*;
+
+fn wbctl(d: &Daemon, args: &[&str]) -> Result<(bool, String)> {
+    let out = Command::new(bin_dir().join("wbctl")).arg("--socket").arg(d.socket()).args(args).output()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    Ok((out.status.success(), text))
+}
+
+/// As nobody, through setpriv.
+fn wbctl_as_nobody(d: &Daemon, args: &[&str]) -> Result<(bool, String)> {
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin_dir().join("wbctl"))
+        .arg("--socket")
+        .arg(d.socket())
+        .args(args)
+        .output()?;
+    Ok((out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
+fn raw(d: &Daemon, line: &str) -> Result<serde_json::Value> {
+    let mut s = UnixStream::connect(d.socket())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(line.as_bytes())?;
+    let mut answer = String::new();
+    BufReader::new(&s).read_line(&mut answer)?;
+    Ok(serde_json::from_str(&answer)?)
+}
+
+#[test]
+fn wbctl_shows_a_live_stream_and_guards_state_changes() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(2048)?, "ext4")?;
+    let d = Daemon::start_with_policy("burst = \"4MiB\"\n")?;
+    // A dd paced by pv, alive long enough to be seen.
+    let mut writer = Command::new("sh")
+        .arg("-c")
+        .arg(format!("head -c 1200M /dev/zero | pv -qL 100m | dd of={} bs=1M status=none", fs.path("live").display()))
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    std::thread::sleep(Duration::from_secs(3));
+
+    let (ok, status) = wbctl(&d, &["status"])?;
+    println!("{status}");
+    assert!(ok && status.contains("backend tracepoint") && status.contains(" dd "), "{status}");
+    assert!(status.contains(&fs.bdi()?), "the device table lacks the device:\n{status}");
+
+    for cmd in ["status", "streams", "devices", "policy"] {
+        let (ok, json) = wbctl(&d, &["--json", cmd])?;
+        assert!(ok, "{cmd}: {json}");
+        let v: serde_json::Value =
+            serde_json::from_str(&json).map_err(|e| anyhow::anyhow!("{cmd} --json: {e}: {json}"))?;
+        if cmd == "streams" {
+            let dd = v.as_array().and_then(|a| a.iter().find(|s| s["comm"] == "dd"));
+            let Some(dd) = dd else { bail!("no dd in streams: {v}") };
+            assert!(dd["bytes_flushed"].as_u64().unwrap_or(0) > 0, "{dd}");
+            let pid = dd["pid"].as_u64().unwrap().to_string();
+            let (ok, p) = wbctl(&d, &["policy", "--pid", &pid])?;
+            assert!(ok && p.contains("mode = \"sequential\"") && p.contains("burst = \"4MiB\""), "{p}");
+        }
+    }
+
+    // Metrics parse as OpenMetrics with a real parser.
+    let (ok, metrics) = wbctl(&d, &["metrics"])?;
+    assert!(ok, "{metrics}");
+    let mut py = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
+             print(len(list(p(sys.stdin.read()))))",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    py.stdin.take().unwrap().write_all(metrics.as_bytes())?;
+    let out = py.wait_with_output()?;
+    assert!(out.status.success(), "not OpenMetrics:\n{metrics}\n{}", String::from_utf8_lossy(&out.stderr));
+
+    // Nobody may not change state, nor read it (no control group set).
+    let (ok, e) = wbctl_as_nobody(&d, &["reload"])?;
+    assert!(!ok && e.contains("reload needs root"), "{e}");
+    let (ok, e) = wbctl_as_nobody(&d, &["status"])?;
+    assert!(!ok && e.contains("permission denied"), "{e}");
+    let (ok, _) = wbctl(&d, &["reload"])?;
+    assert!(ok, "root may reload");
+
+    // Malformed requests get errors; the daemon keeps serving.
+    for bad in ["garbage\n", "{\"v\":99,\"cmd\":\"status\"}\n", "{\"v\":1,\"cmd\":\"format-disk\"}\n", "{}\n"] {
+        let r = raw(&d, bad)?;
+        assert_eq!(r["ok"], false, "{bad:?} -> {r}");
+        assert!(r["error"].as_str().is_some_and(|e| !e.is_empty()), "{r}");
+    }
+    let huge = "x".repeat(100_000) + "\n";
+    assert_eq!(raw(&d, &huge)?["ok"], false);
+    // A client that connects and says nothing does not block the others.
+    let _stalled = UnixStream::connect(d.socket())?;
+    let (ok, _) = wbctl(&d, &["devices"])?;
+    assert!(ok, "a stalled client blocked the daemon");
+
+    // The whole pipeline, or its dd keeps the filesystem busy.
+    unsafe { libc::kill(-(writer.id() as i32), libc::SIGKILL) };
+    writer.wait()?;
+    let log = d.stop()?;
+    assert!(log.contains("policies reloaded"), "{log}");
+    let out = Command::new(bin_dir().join("wbctl")).args(["--socket", "/run/wb-no-such.sock", "status"]).output()?;
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && e.contains("not running"), "{e}");
+    Ok(())
+}
+
+#[test]
+fn unit_file_verifies() -> Result<()> {
+    // systemd-analyze checks the unit's syntax and that ExecStart exists:
+    // point a copy at the built binary.
+    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../systemd/writebehindd.service"))?;
+    let dir = Scratch::new("unit")?;
+    let exe = bin_dir().join("writebehindd");
+    let path = dir.0.join("writebehindd.service");
+    std::fs::write(&path, unit.replace("/usr/local/bin/writebehindd", &exe.display().to_string()))?;
+    let out = Command::new("systemd-analyze").arg("verify").arg(&path).output()?;
+    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && !text.contains("writebehindd.service:"), "systemd-analyze verify:\n{text}");
+    Ok(())
+}
+
+#[test]
+fn install_and_uninstall_under_a_root() -> Result<()> {
+    require_root();
+    let dir = Scratch::new("install")?;
+    let root = dir.0.display().to_string();
+    let xtask = |cmd: &str| -> Result<()> {
+        let st = Command::new(env!("CARGO"))
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .args(["xtask", cmd, "--root", &root])
+            .stdout(Stdio::null())
+            .status()?;
+        if !st.success() {
+            bail!("cargo xtask {cmd} failed");
+        }
+        Ok(())
+    };
+    xtask("install")?;
+    for f in ["usr/local/bin/writebehindd", "usr/local/bin/wbctl", "etc/systemd/system/writebehindd.service"] {
+        assert!(dir.0.join(f).exists(), "{f} not installed");
+    }
+    assert!(
+        std::fs::read_to_string(dir.0.join("usr/local/share/bash-completion/completions/wbctl"))?.contains("wbctl")
+    );
+    xtask("uninstall")?;
+    assert!(!dir.0.join("usr/local/bin/wbctl").exists() && !dir.0.join("etc/writebehindd").exists());
+    Ok(())
+}
