@@ -121,6 +121,31 @@ fn wbctl_shows_a_live_stream_and_guards_state_changes() -> Result<()> {
     Ok(())
 }
 
+/// The same OpenMetrics text over HTTP when asked for, 404 for anything else.
+#[test]
+fn metrics_listen_serves_openmetrics() -> Result<()> {
+    require_root();
+    // A free loopback port: bind, note it, let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let addr = format!("127.0.0.1:{port}");
+    let d = Daemon::start_with_args(&["--metrics-listen", &addr])?;
+    std::thread::sleep(Duration::from_millis(1200));
+    let get = |path: &str| -> Result<String> {
+        let mut s = std::net::TcpStream::connect(&addr)?;
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())?;
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut s, &mut out)?;
+        Ok(out)
+    };
+    let ok = get("/metrics")?;
+    assert!(ok.starts_with("HTTP/1.1 200") && ok.contains("application/openmetrics-text"), "{ok}");
+    let body = ok.split("\r\n\r\n").nth(1).unwrap_or_default();
+    assert!(body.contains("writebehindd_uptime_seconds") && body.ends_with("# EOF\n"), "{body}");
+    assert!(get("/secrets")?.starts_with("HTTP/1.1 404"));
+    d.stop()?;
+    Ok(())
+}
+
 #[test]
 fn unit_file_verifies() -> Result<()> {
     // systemd-analyze checks the unit's syntax and that ExecStart exists:

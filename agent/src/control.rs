@@ -203,3 +203,47 @@ pub fn cgroup_of(pid: u32) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     text.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_owned)
 }
+
+/// The optional OpenMetrics endpoint (--metrics-listen): GET /metrics over
+/// plain HTTP, for a fleet's Prometheus.  Read-only, same data as `wbctl
+/// metrics`; anything else gets 404.  Off unless asked for.
+pub async fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Mutex<Shared>>) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => return tracing::error!(error = %e, "metrics listener unusable"),
+    };
+    let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let Ok(permit) = slots.clone().try_acquire_owned() else { continue };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            // The request head only, bounded in size and time.
+            let read = tokio::time::timeout(IDLE, async {
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+            if read.await.is_err() {
+                return;
+            }
+            let response = if head.starts_with(b"GET /metrics ") {
+                let body = metrics(&shared.lock().unwrap().status);
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            } else {
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned()
+            };
+            let _ = tokio::time::timeout(IDLE, stream.write_all(response.as_bytes())).await;
+            drop(permit);
+        });
+    }
+}

@@ -9,7 +9,7 @@ use std::{
     time::Instant,
 };
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tokio::signal::unix::{SignalKind, signal};
 use writebehindd::{
     abi::{wb_config, wb_stat},
@@ -51,6 +51,8 @@ stays).
                        the effective policy per match, and exit
   --control PATH       control socket for wbctl (default /run/writebehindd/control.sock)
   --control-group GRP  also let this group read the daemon's state (wbctl status)
+  --metrics-listen ADDR  serve OpenMetrics at http://ADDR/metrics (off by default;
+                       a loopback address such as 127.0.0.1:9477 unless you mean it)
 
 Policies: policies/README.md and the embedded default, policies/default.toml.
 Log level: RUST_LOG (default info).";
@@ -61,11 +63,18 @@ struct Args {
     check: Option<Vec<PathBuf>>,
     control: PathBuf,
     control_group: Option<u32>,
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
-    let mut a =
-        Args { dir: POLICY_DIR.into(), files: Vec::new(), check: None, control: SOCKET.into(), control_group: None };
+    let mut a = Args {
+        dir: POLICY_DIR.into(),
+        files: Vec::new(),
+        check: None,
+        control: SOCKET.into(),
+        control_group: None,
+        metrics_listen: None,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |what: &str| args.next().ok_or_else(|| format!("{arg} needs {what}"));
@@ -81,6 +90,10 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--policy-dir" => a.dir = value("a directory")?.into(),
             "--policy" => a.files.push(value("a file")?.into()),
             "--control" => a.control = value("a socket path")?.into(),
+            "--metrics-listen" => {
+                let v = value("an address like 127.0.0.1:9477")?;
+                a.metrics_listen = Some(v.parse().map_err(|e| format!("--metrics-listen {v:?}: {e}"))?);
+            }
             "--control-group" => {
                 let g = value("a group name or id")?;
                 a.control_group = Some(group_id(&g).ok_or_else(|| format!("no group {g:?}"))?);
@@ -158,6 +171,14 @@ fn main() -> ExitCode {
 
 fn run(set: PolicySet, args: Args) -> Result<()> {
     loader::check_environment()?;
+    // Signals first: a SIGTERM that arrives while the programs are being
+    // attached must stop the daemon cleanly (restoring what it changed),
+    // not kill it with the default action.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (mut term, mut int, mut hup) = {
+        let _in_runtime = rt.enter();
+        (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?, signal(SignalKind::hangup())?)
+    };
     // Before anything is attached: put back bdi limits a killed run left.
     let pacer = Pacer::new();
     let root = set.root().clone();
@@ -172,6 +193,18 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
     let mut cgroups = CgroupPolicies::new(set, config, cgroup_map);
 
     let (server, listener) = control::Server::bind(&args.control)?;
+    let metrics_listener = match args.metrics_listen {
+        None => None,
+        Some(addr) => {
+            if !addr.ip().is_loopback() {
+                tracing::warn!(%addr, "metrics served beyond loopback: anyone who can reach it reads them");
+            }
+            let l = std::net::TcpListener::bind(addr).with_context(|| format!("--metrics-listen {addr}"))?;
+            l.set_nonblocking(true)?;
+            tracing::info!(%addr, "serving OpenMetrics at /metrics");
+            Some(l)
+        }
+    };
     let counters = Arc::new(Counters::default());
     let shared = Arc::new(Mutex::new(Shared { status: Default::default(), policies: cgroups.set().clone() }));
     let (cmd_tx, cmd_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -183,14 +216,13 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
         backend: "tracepoint",
     };
     let mut table = StreamTable::new(counters.clone(), Devices::new(root, Some(devices), pacer));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         let _server = server;
+        if let Some(l) = metrics_listener {
+            tokio::spawn(control::serve_metrics(l, shared.clone()));
+        }
         tokio::spawn(control::serve(listener, shared, cmd_tx, args.control_group));
         writebehindd::sys::notify("READY=1");
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
         let reload = || match policy_files(&args.dir, &args.files).and_then(|f| PolicySet::load(&f)) {
             Ok(set) => Some(set),
             Err(e) => {

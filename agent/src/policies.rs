@@ -97,7 +97,10 @@ impl PolicySet {
             let Some(cgroup) = t.cgroup.as_deref() else {
                 bail!("a [[policy]] table needs `cgroup = \"/path\"` (globs: * within a name, ** for any depth)");
             };
-            let at = format!("[[policy]] cgroup = {cgroup:?}");
+            let at = match line_of(text, cgroup) {
+                Some(n) => format!("line {n}: [[policy]] cgroup = {cgroup:?}"),
+                None => format!("[[policy]] cgroup = {cgroup:?}"),
+            };
             if seen.contains(&cgroup) {
                 bail!("{at}: the same cgroup pattern twice in one file; merge the two tables");
             }
@@ -165,6 +168,12 @@ impl PolicySet {
         }
         out
     }
+}
+
+/// The line (1-based) where a table's `cgroup = "..."` is, for messages
+/// about checks made after parsing.
+fn line_of(text: &str, cgroup: &str) -> Option<usize> {
+    text.lines().position(|l| l.trim_start().starts_with("cgroup") && l.contains(cgroup)).map(|i| i + 1)
 }
 
 fn show(p: &Policy) -> String {
@@ -312,6 +321,7 @@ mod tests {
         assert!(err(&[twice]).contains("the same cgroup pattern twice"));
         let device = "[[policy]]\ncgroup = \"/a\"\npacing = false\n";
         assert!(err(&[device]).contains("applies to a whole device"));
+        assert!(err(&[device]).contains("0.toml: line 2: [[policy]] cgroup = \"/a\": `pacing`"), "{}", err(&[device]));
         let bounds = "[[policy]]\ncgroup = \"/a\"\nmin_window = \"1GiB\"\n";
         assert!(err(&[bounds]).contains("larger than max_window"));
         assert!(err(&["\u{0}\u{1}garbage"]).contains("0.toml"));

@@ -26,15 +26,20 @@ impl Daemon {
 
     /// A given binary, with a policy file of the given text if any.
     pub fn start_exe(exe: &Path, policy: Option<&str>) -> Result<Self> {
-        Self::spawn(exe, policy)
+        Self::spawn(exe, policy, &[])
+    }
+
+    /// With more command-line arguments.
+    pub fn start_with_args(args: &[&str]) -> Result<Self> {
+        Self::spawn(&bin_dir().join("writebehindd"), None, args)
     }
 
     /// With a policy file of the given text instead of the embedded default.
     pub fn start_with_policy(policy: &str) -> Result<Self> {
-        Self::spawn(&bin_dir().join("writebehindd"), Some(policy))
+        Self::spawn(&bin_dir().join("writebehindd"), Some(policy), &[])
     }
 
-    fn spawn(exe: &Path, policy: Option<&str>) -> Result<Self> {
+    fn spawn(exe: &Path, policy: Option<&str>, args: &[&str]) -> Result<Self> {
         if !exe.exists() {
             bail!("{} is not built: run `cargo xtask test`, which builds it first", exe.display());
         }
@@ -48,6 +53,7 @@ impl Daemon {
         cmd.arg("--policy-dir").arg(&dir);
         // Its own control socket: never the host daemon's.
         cmd.arg("--control").arg(scratch.0.join("control.sock"));
+        cmd.args(args);
         if let Some(text) = policy {
             let file = scratch.0.join("policy.toml");
             std::fs::write(&file, text)?;
