@@ -116,6 +116,15 @@ fn cp_r_of_100_files_is_held() -> Result<()> {
     streaming_held(&src, "copy", "cp -r {src} {dst}", 8 * 1024, CP_BOUND)
 }
 
+/// rsync's receiver writes each file under a temporary name and renames it:
+/// a multi-file writer too, and the child of the process that was started.
+#[test]
+fn rsync_of_100_files_is_held() -> Result<()> {
+    require_root();
+    let src = big_files()?;
+    streaming_held(&src, "rsync", "rsync -a --whole-file {src}/ {dst}/", 8 * 1024, CP_BOUND)
+}
+
 /// Bytes `work` makes reach the device, including the sync after it.
 fn bytes_written(fs: &Mounted, work: &str) -> Result<u64> {
     sh("sync")?;
