@@ -168,12 +168,5 @@ fn walk(root: &Path, dir: &Path, f: &mut dyn FnMut(&str, u64) -> bool) -> bool {
 /// Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup on unified
 /// hosts, /sys/fs/cgroup/unified on hybrid ones).
 pub fn v2_mount() -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    text.lines().find_map(|l| {
-        let (pre, post) = l.split_once(" - ")?;
-        if post.split_whitespace().next()? != "cgroup2" {
-            return None;
-        }
-        pre.split_whitespace().nth(4).map(PathBuf::from)
-    })
+    crate::sys::mounts().into_iter().find(|m| m.fstype == "cgroup2").map(|m| m.mount_point.into())
 }

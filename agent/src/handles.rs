@@ -208,32 +208,10 @@ fn learn(sb_dev: u64) -> Option<Mount> {
     }
 }
 
-/// The mount point of the filesystem with device "major:minor", from
-/// /proc/self/mountinfo (field 3 is the device, field 5 the mount point).
+/// The mount point of the filesystem with device "major:minor" (its root
+/// mounted, not a bind mount of a subdirectory).
 fn mount_point(dev: &str) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|line| {
-        let mut f = line.split(' ');
-        let (_, _, d, root, mnt) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-        (d == dev && root == "/").then(|| unescape(mnt))
-    })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as \ooo.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    crate::sys::mounts().into_iter().find(|m| m.dev == dev && m.root == "/").map(|m| m.mount_point)
 }
 
 #[cfg(test)]
@@ -250,13 +228,6 @@ mod tests {
         }
         // A 64-bit inode number has no 32-bit handle.
         assert!(Layout::Ino32Gen.encode(&ClosedFile { ino: 1 << 40, ..f }).is_none());
-    }
-
-    #[test]
-    fn mountinfo_unescapes() {
-        assert_eq!(unescape(r"/mnt/with\040space"), "/mnt/with space");
-        assert_eq!(unescape(r"/plain"), "/plain");
-        assert_eq!(unescape(r"/end\04"), r"/end\04");
     }
 
     #[test]

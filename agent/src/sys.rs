@@ -109,3 +109,69 @@ pub fn notify(state: &str) {
         sock.send_to(state.as_bytes(), path)
     };
 }
+
+/// One line of /proc/self/mountinfo.
+#[derive(Debug, Clone)]
+pub struct MountInfo {
+    /// "major:minor"
+    pub dev: String,
+    /// The directory of the filesystem mounted there ("/" unless a bind mount).
+    pub root: String,
+    pub mount_point: String,
+    pub fstype: String,
+}
+
+/// The mounts this process sees (fields 3, 4 and 5, and the filesystem
+/// type after the " - " separator).
+pub fn mounts() -> Vec<MountInfo> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|line| {
+            let (pre, post) = line.split_once(" - ")?;
+            let mut f = pre.split(' ').skip(2);
+            let (dev, root, mnt) = (f.next()?, f.next()?, f.next()?);
+            Some(MountInfo {
+                dev: dev.to_owned(),
+                root: unescape(root),
+                mount_point: unescape(mnt),
+                fstype: post.split(' ').next()?.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// mountinfo escapes space, tab, newline and backslash as \ooo.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_unescapes() {
+        assert_eq!(unescape(r"/mnt/with\040space"), "/mnt/with space");
+        assert_eq!(unescape(r"/plain"), "/plain");
+        assert_eq!(unescape(r"/end\04"), r"/end\04");
+    }
+
+    #[test]
+    fn mountinfo_has_the_root() {
+        assert!(mounts().iter().any(|m| m.mount_point == "/" && !m.fstype.is_empty()));
+    }
+}
