@@ -91,9 +91,8 @@ impl Pacer {
         if first {
             self.save_journal()?;
         }
-        fs::write(self.knob(bdi, "max_bytes"), budget.to_string())
-            .with_context(|| format!("setting bdi {bdi} max_bytes"))?;
-        fs::write(self.knob(bdi, "strict_limit"), "1").with_context(|| format!("setting bdi {bdi} strict_limit"))?;
+        write_knob(&self.knob(bdi, "max_bytes"), &budget.to_string())?;
+        write_knob(&self.knob(bdi, "strict_limit"), "1")?;
         let ours = self.read(bdi)?;
         self.paced.insert(bdi.to_owned(), Entry { original, ours });
         self.save_journal()?;
@@ -116,10 +115,7 @@ impl Pacer {
                     tracing::info!(bdi, "pacing off: bdi limits restored");
                 }
             }
-            Ok(now) => {
-                self.paced.insert(bdi.to_owned(), e);
-                self.step_aside(bdi, &now);
-            }
+            Ok(now) => self.step_aside(bdi, &now),
             Err(err) => {
                 tracing::warn!(bdi, error = %format!("{err:#}"), "bdi gone before its limits were restored")
             }
