@@ -145,15 +145,22 @@ impl Sizing {
         round_pages(w.clamp(self.min_window, self.max_window).max(max_request))
     }
 
-    /// The dirty budget for pacing: `dirty_seconds` of bandwidth, but room
-    /// for every active stream's open window plus what is in flight, so
-    /// the kernel's own background writeback (which interleaves files)
-    /// stays out of the way.
-    pub fn dirty_budget(&self, bw: u64, window: u64, streams: u64) -> u64 {
-        let by_time = (bw as f64 * self.dirty_seconds) as u64;
-        let by_windows = window.saturating_mul(2 * streams.max(1) + 2);
-        round_pages(by_time.max(by_windows))
-    }
+}
+
+/// The dirty budget for pacing: `dirty_seconds` of bandwidth, but room for
+/// every active stream's open window plus what is in flight, so the
+/// kernel's own background writeback (which interleaves files) stays out of
+/// the way.
+pub fn dirty_budget(bw: u64, dirty_seconds: f64, window: u64, streams: u64) -> u64 {
+    let by_time = (bw as f64 * dirty_seconds) as u64;
+    let by_windows = window.saturating_mul(2 * streams.max(1) + 2);
+    round_pages(by_time.max(by_windows))
+}
+
+/// The flusher's chunk (see flusher.rs): `seconds` of bandwidth, at least
+/// one maximal request (and 1 MiB), in whole pages.
+pub fn chunk(bw: u64, seconds: f64, max_request: u64) -> u64 {
+    round_pages(((bw as f64 * seconds) as u64).max(max_request).max(1 << 20))
 }
 
 fn round_pages(b: u64) -> u64 {
@@ -267,8 +274,7 @@ mod tests {
 
     #[test]
     fn budget_leaves_room_for_every_stream() {
-        let z = Sizing { window_seconds: 0.5, min_window: 2 * MIB, max_window: 64 * MIB, dirty_seconds: 1.0 };
-        assert_eq!(z.dirty_budget(100 * MIB, 8 * MIB, 1), 100 * MIB);
-        assert_eq!(z.dirty_budget(100 * MIB, 8 * MIB, 30), 8 * MIB * 62);
+        assert_eq!(dirty_budget(100 * MIB, 1.0, 8 * MIB, 1), 100 * MIB);
+        assert_eq!(dirty_budget(100 * MIB, 1.0, 8 * MIB, 30), 8 * MIB * 62);
     }
 }

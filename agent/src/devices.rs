@@ -16,7 +16,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 
 use crate::{
     abi::{wb_device, wb_event},
-    bandwidth::{Estimator, Sizing},
+    bandwidth::{self, Estimator, Sizing},
     pacing::Pacer,
     policy::{OnBattery, Policy},
 };
@@ -116,7 +116,7 @@ impl Devices {
                 shared: Arc::new(DeviceShared {
                     est: Mutex::new(Estimator::new(initial_bw)),
                     window: AtomicU64::new(window),
-                    chunk: AtomicU64::new(chunk_for(initial_bw, in_flight, max_request)),
+                    chunk: AtomicU64::new(bandwidth::chunk(initial_bw, in_flight, max_request)),
                 }),
                 sb_devs: HashSet::new(),
                 max_request,
@@ -172,12 +172,11 @@ impl Devices {
         let pacing = self.policy.pacing && !(self.on_battery && self.policy.on_battery == OnBattery::Off);
         let fixed = self.initial_window();
         let in_flight = self.policy.in_flight_seconds;
-        let dirty_seconds = self.policy.dirty_seconds;
         let Some(dev) = self.devs.get_mut(bdi) else {
             return;
         };
         let bw = dev.shared.bandwidth();
-        dev.shared.chunk.store(chunk_for(bw, in_flight, dev.max_request), Relaxed);
+        dev.shared.chunk.store(bandwidth::chunk(bw, in_flight, dev.max_request), Relaxed);
         // BPF sizes each writer's window from bw with its own policy; the
         // root policy's window here sizes batches and the dirty budget.
         let window = sizing.map_or(fixed, |z| z.window(bw, dev.max_request));
@@ -193,9 +192,8 @@ impl Devices {
         }
         let busy = streams > 0 || dev.last_event.elapsed() < LINGER;
         if pacing && busy {
-            let z =
-                sizing.unwrap_or(Sizing { window_seconds: 0.0, min_window: window, max_window: window, dirty_seconds });
-            let budget = z.dirty_budget(bw, window, streams);
+            let dirty_seconds = sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds);
+            let budget = bandwidth::dirty_budget(bw, dirty_seconds, window, streams);
             let moved = (budget as f64 - dev.budget as f64).abs() > BUDGET_SLACK * dev.budget as f64;
             if dev.budget == 0 || moved {
                 dev.budget = match self.pacer.pace(bdi, budget) {
@@ -235,13 +233,6 @@ impl Devices {
     pub fn shutdown(&mut self) {
         self.pacer.release_all();
     }
-}
-
-/// The flusher's chunk (see flusher.rs): `seconds` of bandwidth, at least
-/// one maximal request (and 1 MiB), in whole pages.
-fn chunk_for(bw: u64, seconds: f64, max_request: u64) -> u64 {
-    let c = ((bw as f64 * seconds) as u64).max(max_request).max(1 << 20);
-    c.div_ceil(4096) * 4096
 }
 
 /// /sys/dev/block/<maj:min>/queue/max_sectors_kb in bytes; 0 for devices
