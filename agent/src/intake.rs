@@ -89,6 +89,8 @@ pub struct Control {
     pub counters: Arc<Counters>,
     pub started: Instant,
     pub backend: &'static str,
+    /// The running kernel's release, read once.
+    pub kernel: String,
 }
 
 impl Control {
@@ -101,7 +103,7 @@ impl Control {
         let status = Status {
             version: env!("CARGO_PKG_VERSION").into(),
             backend: self.backend.into(),
-            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().into(),
+            kernel: self.kernel.clone(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             policy_sources: cgroups.set().sources.clone(),
             cgroups: cgroups.describe(),

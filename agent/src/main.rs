@@ -111,11 +111,12 @@ fn parse_args() -> Result<Option<Args>, String> {
     Ok(Some(a))
 }
 
-/// The policy files of a run: the directory's, then the --policy ones.
-fn policy_files(dir: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
+/// The policies of a run: the directory's files, then the --policy ones.
+/// Read at start and again at each reload.
+fn load_policies(dir: &Path, extra: &[PathBuf]) -> Result<PolicySet> {
     let mut files = policies::dir_files(dir)?;
     files.extend(extra.iter().cloned());
-    Ok(files)
+    PolicySet::load(&files)
 }
 
 fn main() -> ExitCode {
@@ -147,7 +148,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    let set = match policy_files(&args.dir, &args.files).and_then(|f| PolicySet::load(&f)) {
+    let set = match load_policies(&args.dir, &args.files) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("writebehindd: policy: {e:#}");
@@ -214,6 +215,7 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
         counters: counters.clone(),
         started: Instant::now(),
         backend: "tracepoint",
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().into(),
     };
     let mut table = StreamTable::new(counters.clone(), Devices::new(root, Some(devices), pacer));
     rt.block_on(async {
@@ -223,7 +225,7 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
         }
         tokio::spawn(control::serve(listener, shared, cmd_tx, args.control_group));
         writebehindd::sys::notify("READY=1");
-        let reload = || match policy_files(&args.dir, &args.files).and_then(|f| PolicySet::load(&f)) {
+        let reload = || match load_policies(&args.dir, &args.files) {
             Ok(set) => Some(set),
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "policy reload rejected; the running policy stays");
