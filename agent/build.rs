@@ -32,6 +32,7 @@ fn main() {
         .allowlist_var("WB_.*")
         .rustified_enum("wb_event_kind|wb_stat")
         .derive_default(true)
+        .derive_partialeq(true)
         .layout_tests(true)
         .generate()
         .expect("bindgen failed on bpf/writebehind.h")

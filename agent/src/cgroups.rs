@@ -32,7 +32,7 @@ pub struct CgroupPolicies {
     config: Array<MapData, wb_config>,
     map: BpfHashMap<MapData, u64, wb_policy>,
     /// What the map holds.
-    pushed: HashMap<u64, (String, wb_policy)>,
+    pushed: HashMap<u64, wb_policy>,
     on_battery: bool,
     power_dir: PathBuf,
 }
@@ -115,7 +115,7 @@ impl CgroupPolicies {
         walk(&v2, &v2, &mut |path, id| {
             total += 1;
             let p = self.set.resolve(path).to_bpf();
-            if !same(&p, &root) {
+            if p != root {
                 want.insert(id, (path.to_owned(), p));
             }
             total < MAX_CGROUPS
@@ -128,24 +128,18 @@ impl CgroupPolicies {
             self.pushed.remove(&id);
         }
         for (id, (path, p)) in want {
-            if self.pushed.get(&id).is_some_and(|(_, old)| same(old, &p)) {
+            if self.pushed.get(&id) == Some(&p) {
                 continue;
             }
             match self.map.insert(id, p, 0) {
                 Ok(()) => {
                     tracing::info!(cgroup = %path, id, mode = p.mode, "policy applied");
-                    self.pushed.insert(id, (path, p));
+                    self.pushed.insert(id, p);
                 }
                 Err(e) => tracing::warn!(cgroup = %path, error = %e, "cannot apply policy"),
             }
         }
     }
-}
-
-fn same(a: &wb_policy, b: &wb_policy) -> bool {
-    // Plain integers, no padding the compiler could leave undefined.
-    let bytes = |p: &wb_policy| -> [u8; std::mem::size_of::<wb_policy>()] { unsafe { std::mem::transmute(*p) } };
-    bytes(a) == bytes(b)
 }
 
 /// Calls `f(cgroup path, id)` for `dir` and every cgroup below it, until
