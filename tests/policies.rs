@@ -75,20 +75,14 @@ fn stream_of(log: &str, pid: u32) -> Option<(u64, u64)> {
     Some((field("spans")?, field("bytes")?))
 }
 
-/// Waits until the daemon's log has what `want` looks for.
-fn wait_log(d: &Daemon, want: &str) -> Result<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let log = d.log_text();
-        if log.contains(want) {
-            return Ok(log);
-        }
-        if Instant::now() > deadline {
-            bail!("no {want:?} in the daemon log:\n{log}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// Spans the daemon logged for the stream of `pid`, once it has ended.
+fn spans_of(d: &mut Daemon, pid: u32) -> Result<u64> {
+    let log = d.wait_log(&format!("pid={pid} "), WAIT)?;
+    std::thread::sleep(Duration::from_millis(200));
+    Ok(stream_of(&log, pid).map_or(0, |s| s.0))
 }
+
+const WAIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn a_cgroup_with_mode_off_is_left_alone() -> Result<()> {
@@ -123,23 +117,18 @@ fn reload_changes_the_window_and_a_broken_file_changes_nothing() -> Result<()> {
     require_root();
     let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
     let cg = Cgroup::new("reload")?;
-    let daemon = Daemon::start_with_policy("window = \"32MiB\"\nburst = \"1MiB\"\n")?;
-    let spans = |pid: u32| -> Result<u64> {
-        let log = wait_log(&daemon, &format!("pid={pid} "))?;
-        std::thread::sleep(Duration::from_millis(200));
-        Ok(stream_of(&log, pid).map_or(0, |s| s.0))
-    };
-    let before = spans(cg.dd(&fs.path("a"), 256)?)?;
+    let mut daemon = Daemon::start_with_policy("window = \"32MiB\"\nburst = \"1MiB\"\n")?;
+    let before = spans_of(&mut daemon, cg.dd(&fs.path("a"), 256)?)?;
 
     std::fs::write(daemon.policy_file(), "window = \"8MiB\"\nburst = \"1MiB\"\n")?;
     daemon.reload();
-    wait_log(&daemon, "policies reloaded")?;
-    let after = spans(cg.dd(&fs.path("b"), 256)?)?;
+    daemon.wait_log("policies reloaded", WAIT)?;
+    let after = spans_of(&mut daemon, cg.dd(&fs.path("b"), 256)?)?;
 
     std::fs::write(daemon.policy_file(), "window = \"8MiB\"\nburst = \"1MiB\"\nwindw = 3\n")?;
     daemon.reload();
-    wait_log(&daemon, "policy reload rejected")?;
-    let broken = spans(cg.dd(&fs.path("c"), 256)?)?;
+    daemon.wait_log("policy reload rejected", WAIT)?;
+    let broken = spans_of(&mut daemon, cg.dd(&fs.path("c"), 256)?)?;
     let log = daemon.stop()?;
     println!(
         "  spans of 256 MiB: 32 MiB window {before}, after reload to 8 MiB {after}, after a broken reload {broken}"

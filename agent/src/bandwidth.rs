@@ -144,7 +144,6 @@ impl Sizing {
         let w = (bw as f64 * self.window_seconds) as u64;
         round_pages(w.clamp(self.min_window, self.max_window).max(max_request))
     }
-
 }
 
 /// The dirty budget for pacing: `dirty_seconds` of bandwidth, but room for

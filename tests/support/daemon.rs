@@ -66,17 +66,27 @@ impl Daemon {
             .stderr(File::create(&log)?)
             .spawn()?;
         let mut d = Self { child, log, _scratch: scratch };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !d.log_text().contains("attached") {
-            if let Some(st) = d.child.try_wait()? {
-                bail!("writebehindd exited ({st}) before attaching:\n{}", d.log_text());
+        d.wait_log("attached", Duration::from_secs(20))?;
+        Ok(d)
+    }
+
+    /// Waits until the log contains `want`; returns the log.  Fails if the
+    /// daemon exits first or `within` passes.
+    pub fn wait_log(&mut self, want: &str, within: Duration) -> Result<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let log = self.log_text();
+            if log.contains(want) {
+                return Ok(log);
+            }
+            if let Some(st) = self.child.try_wait()? {
+                bail!("writebehindd exited ({st}) before logging {want:?}:\n{log}");
             }
             if Instant::now() > deadline {
-                bail!("writebehindd did not attach within 20 s:\n{}", d.log_text());
+                bail!("no {want:?} in the daemon log within {within:?}:\n{log}");
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(d)
     }
 
     /// The policy file given with start_with_policy (rewrite it, then reload).
