@@ -154,6 +154,49 @@ static __always_inline struct file *current_fd_file(__u32 fd)
 	return task_fd_file(bpf_get_current_task_btf(), fd);
 }
 
+/* The fentry hooks see a struct file, not a descriptor; the agent reaches a
+ * streaming writer's file through its fd (pidfd_getfd).  Found by scanning
+ * the fd table, once per window, not per write.  Beyond FD_SCAN descriptors
+ * the event carries -1 and the agent opens the inode by handle instead. */
+#define FD_SCAN 4096
+
+struct fd_search {
+	struct file **fds;
+	struct file *want;
+	__s32 found;
+};
+
+static long fd_search_step(__u32 i, void *data)
+{
+	struct fd_search *s = data;
+	struct file *f = NULL;
+
+	bpf_probe_read_kernel(&f, sizeof(f), &s->fds[i]);
+	if (f != s->want)
+		return 0;
+	s->found = i;
+	return 1;
+}
+
+static __always_inline __s32 current_fd_of(struct file *file)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fd_search s = { .want = file, .found = -1 };
+	struct files_struct *files = task->files;
+	struct fdtable *fdt;
+	__u32 n;
+
+	if (!files)
+		return -1;
+	fdt = files->fdt;
+	if (!fdt)
+		return -1;
+	n = fdt->max_fds;
+	s.fds = fdt->fd;
+	bpf_loop(n < FD_SCAN ? n : FD_SCAN, fd_search_step, &s, 0);
+	return s.found;
+}
+
 /* What the stream logic needs to know about a file being written. */
 struct file_facts {
 	struct inode *inode;
@@ -292,7 +335,7 @@ static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
 	}
 	e->kind = kind;
 	e->tgid = bpf_get_current_pid_tgid() >> 32;
-	e->fd = fd;
+	e->fd = fd < 0 && kind == WB_EV_SPAN ? current_fd_of(file) : fd;
 	e->generation = BPF_CORE_READ(inode, i_generation);
 	e->fs_magic = BPF_CORE_READ(inode, i_sb, s_magic);
 	e->sb_dev = BPF_CORE_READ(inode, i_sb, s_dev);

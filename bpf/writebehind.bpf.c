@@ -1,24 +1,37 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Syscall-tracepoint backend: works where fentry is refused (this machine
- * returns EPERM for fentry/lsm loads; kprobes are not built in).
+ * The hooks.  Each only finds the `struct file` and the byte range a write
+ * touched, or the file a close lets go of, and calls stream.bpf.h, which
+ * decides everything.  Two backends, chosen by the agent at start-up (like
+ * libbpf-tools' fentry/kprobe pairs):
  *
- * Writes are seen at the raw tp_btf/sys_exit tracepoint, where the return
- * value says how much was written and `regs` (a trusted pointer: plain
- * loads) holds the arguments.  One program on every syscall exit is cheaper
- * than per-syscall sys_exit_* events, which cost ~180 ns more per write in
- * perf-buffer plumbing (measured: +70 vs +255 ns per 4 KiB write to tmpfs,
- * +87 vs +64 ns per unrelated syscall).  Closes are seen at sys_enter_*,
- * while the descriptor still names the file; once sys_exit is hooked every
- * task takes the traced syscall path anyway, so these cost a bitmap test.
- * Process exit is seen at sched_process_exit, before exit_files().  Each
- * hook only finds the struct file and the byte range; stream.bpf.h decides.
+ * fentry (stock kernels): fexit on vfs_write, vfs_writev and vfs_iter_write
+ * (splice, sendfile and copy_file_range reach the page cache through it),
+ * fentry on filp_flush or, before 6.8, filp_close (close, close_range, dup2
+ * over a file, and every file at process exit).  It sees the struct file
+ * directly and costs nothing for unrelated syscalls.  A write function this
+ * kernel cannot hook is left to sys_exit for its syscalls only
+ * (wb_config.sys_exit_writes).
+ *
+ * Syscall tracepoints (kernels that refuse fentry: this machine returns
+ * EPERM for fentry/lsm loads and has no kprobes).  Writes are seen at the
+ * raw tp_btf/sys_exit tracepoint, where the return value says how much was
+ * written and `regs` (a trusted pointer: plain loads) holds the arguments.
+ * One program on every syscall exit is cheaper than per-syscall sys_exit_*
+ * events, which cost ~180 ns more per write in perf-buffer plumbing
+ * (measured: +70 vs +255 ns per 4 KiB write to tmpfs, +87 vs +64 ns per
+ * unrelated syscall).  Closes are seen at sys_enter_*, while the descriptor
+ * still names the file; once sys_exit is hooked every task takes the traced
+ * syscall path anyway, so these cost a bitmap test.
+ *
+ * Both: process exit at sched_process_exit, before exit_files().
  *
  * Covered (strace on Debian 12: dd and tar use write; cp uses read/write
  * across filesystems and copy_file_range within one): write, writev,
  * pwrite64, pwritev, pwritev2, copy_file_range, sendfile, splice.
- * Not covered: mmap stores, io_uring and AIO (no syscall per write), and
- * 32-bit (ia32) processes.
+ * Not covered: mmap stores, io_uring and AIO (no syscall per write, and
+ * they bypass vfs_write), and 32-bit (ia32) processes on the tracepoint
+ * backend.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -45,10 +58,13 @@ char LICENSE[] SEC("license") = "GPL";
 #define RWF_DSYNC	0x02
 #define RWF_SYNC	0x04
 #define RWF_DONTCACHE	0x80
+#define RWF_NO_CACHE	(RWF_DSYNC | RWF_SYNC | RWF_DONTCACHE)
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 
 /* Closing a range (close_range, process exit) walks at most this many fds. */
 #define MAX_FD_WALK	65536
+
+/* ---- syscall tracepoint backend ---- */
 
 static __always_inline void wrote(__s32 fd, __s64 pos, long ret)
 {
@@ -57,6 +73,14 @@ static __always_inline void wrote(__s32 fd, __s64 pos, long ret)
 	if (task->thread_info.status & TS_COMPAT)
 		return;	/* ia32 numbers mean other syscalls */
 	stream_write(task_fd_file(task, fd), fd, pos, ret);
+}
+
+/* Which write syscalls this hook reports (the rest come from fentry). */
+static __always_inline bool sys_exit_reports(__u32 which)
+{
+	struct wb_config *cfg = wb_cfg();
+
+	return cfg && (cfg->sys_exit_writes & which);
 }
 
 /* copy_file_range/splice: the offset pointer (advanced past the copy by the
@@ -79,21 +103,33 @@ int BPF_PROG(wb_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	switch (nr) {
 	case NR_write:
-	case NR_writev:
-	case NR_sendfile:
-		wrote(regs->di, -1, ret);
+		if (sys_exit_reports(WB_SC_WRITE))
+			wrote(regs->di, -1, ret);
 		break;
 	case NR_pwrite64:
+		if (sys_exit_reports(WB_SC_WRITE))
+			wrote(regs->di, regs->r10, ret);
+		break;
+	case NR_writev:
+		if (sys_exit_reports(WB_SC_VECTORED))
+			wrote(regs->di, -1, ret);
+		break;
 	case NR_pwritev:
-		wrote(regs->di, regs->r10, ret);
+		if (sys_exit_reports(WB_SC_VECTORED))
+			wrote(regs->di, regs->r10, ret);
 		break;
 	case NR_pwritev2:
-		if (!(regs->r9 & (RWF_DSYNC | RWF_SYNC | RWF_DONTCACHE)))
+		if (sys_exit_reports(WB_SC_VECTORED) && !(regs->r9 & RWF_NO_CACHE))
 			wrote(regs->di, (__s64)regs->r10 < 0 ? -1 : (__s64)regs->r10, ret);
+		break;
+	case NR_sendfile:
+		if (sys_exit_reports(WB_SC_SPLICE))
+			wrote(regs->di, -1, ret);
 		break;
 	case NR_copy_file_range:
 	case NR_splice:
-		wrote_at_ptr(regs->dx, regs->r10, ret);
+		if (sys_exit_reports(WB_SC_SPLICE))
+			wrote_at_ptr(regs->dx, regs->r10, ret);
 		break;
 	}
 	return 0;
@@ -174,13 +210,76 @@ int wb_enter_close_range(struct trace_event_raw_sys_enter *ctx)
 	return 0;
 }
 
-/* Runs before exit_files(): the last thread of a process closes its table. */
+/* ---- both backends ---- */
+
+/* Runs before exit_files(): the last thread of a process closes its table.
+ * Only the task argument: group_dead was added in 6.x.  do_exit() has
+ * already dropped signal->live, so 0 means the whole group is going. */
 SEC("tp_btf/sched_process_exit")
-int BPF_PROG(wb_process_exit, struct task_struct *task, bool group_dead)
+int BPF_PROG(wb_process_exit, struct task_struct *task)
 {
-	if (group_dead) {
+	if (BPF_CORE_READ(task, signal, live.counter) == 0) {
 		close_fd_range(task, 0, MAX_FD_WALK - 1);
 		proc_exit(task->tgid);
 	}
+	return 0;
+}
+
+/* ---- fentry backend ---- */
+
+#define PF_KTHREAD 0x00200000	/* include/linux/sched.h */
+
+/* A vfs write returned: *pos (when the file has a position) is the end of
+ * what it wrote; f_pos is only updated after vfs_write returns.  Kernel
+ * threads (nfsd, loop workers) write on their own account, not a process's:
+ * the tracepoint backend never sees them either. */
+static __always_inline void vfs_wrote(struct file *file, loff_t *pos, long ret, int flags)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__s64 end = -1;
+
+	if (ret <= 0 || (flags & RWF_NO_CACHE) || (task->flags & PF_KTHREAD))
+		return;
+	if (pos && bpf_probe_read_kernel(&end, sizeof(end), pos))
+		return;
+	stream_write(file, -1, end < 0 ? -1 : end - ret, ret);
+}
+
+SEC("fexit/vfs_write")
+int BPF_PROG(wb_vfs_write, struct file *file, const char *buf, size_t count, loff_t *pos, long ret)
+{
+	vfs_wrote(file, pos, ret, 0);
+	return 0;
+}
+
+SEC("fexit/vfs_writev")
+int BPF_PROG(wb_vfs_writev, struct file *file, const void *vec, unsigned long vlen, loff_t *pos,
+	     int flags, long ret)
+{
+	vfs_wrote(file, pos, ret, flags);
+	return 0;
+}
+
+SEC("fexit/vfs_iter_write")
+int BPF_PROG(wb_vfs_iter_write, struct file *file, void *iter, loff_t *pos, int flags, long ret)
+{
+	vfs_wrote(file, pos, ret, flags);
+	return 0;
+}
+
+/* From 6.8 close(2) calls filp_flush() and filp_close() wraps it; before,
+ * every close went through filp_close().  The agent attaches whichever this
+ * kernel has.  The fd is already out of the table: stream_close gets -1. */
+SEC("fentry/filp_flush")
+int BPF_PROG(wb_filp_flush, struct file *file)
+{
+	stream_close(file, -1);
+	return 0;
+}
+
+SEC("fentry/filp_close")
+int BPF_PROG(wb_filp_close, struct file *file)
+{
+	stream_close(file, -1);
 	return 0;
 }

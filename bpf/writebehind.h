@@ -91,11 +91,21 @@ struct wb_device {
 	__u64 floor;       /* the smallest useful window: one maximal request */
 };
 
+/* Which write syscalls the tracepoint backend's sys_exit hook reports: all
+ * of them on the tracepoint backend; on the fentry backend only those whose
+ * vfs function could not be hooked on this kernel. */
+enum wb_syscalls {
+	WB_SC_WRITE = 1,        /* write, pwrite64: vfs_write */
+	WB_SC_VECTORED = 2,     /* writev, pwritev, pwritev2: vfs_writev */
+	WB_SC_SPLICE = 4,       /* sendfile, splice, copy_file_range: vfs_iter_write */
+	WB_SC_ALL = 7,
+};
+
 /* The single entry of the `wb_config_map` array map. */
 struct wb_config {
 	struct wb_policy dflt;  /* cgroups without an entry of their own */
 	__u32 on_battery;       /* the host runs on battery now */
-	__u32 _pad;
+	__u32 sys_exit_writes;  /* enum wb_syscalls bits */
 };
 
 /* Indices of the per-CPU `stats` array map (summed by the agent). */

@@ -105,7 +105,10 @@ impl CgroupPolicies {
 
     fn apply(&mut self) {
         let root = self.set.root().to_bpf();
-        let cfg = wb_config { dflt: root, on_battery: self.on_battery as u32, _pad: 0 };
+        // What the loader set (which syscalls sys_exit reports) stays.
+        let Ok(mut cfg) = self.config.get(&0, 0) else { return };
+        cfg.dflt = root;
+        cfg.on_battery = self.on_battery as u32;
         if let Err(e) = self.config.set(0, cfg, 0) {
             tracing::warn!(error = %e, "cannot update the BPF configuration");
         }

@@ -88,7 +88,7 @@ pub struct Control {
     pub commands: mpsc::UnboundedReceiver<Command>,
     pub counters: Arc<Counters>,
     pub started: Instant,
-    pub backend: &'static str,
+    pub backend: String,
     /// The running kernel's release, read once.
     pub kernel: String,
 }
@@ -102,7 +102,7 @@ impl Control {
         counters.insert("untracked_map_full".into(), loaded.stat(wb_stat::WB_STAT_MAP_FULL));
         let status = Status {
             version: env!("CARGO_PKG_VERSION").into(),
-            backend: self.backend.into(),
+            backend: self.backend.clone(),
             kernel: self.kernel.clone(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             policy_sources: cgroups.set().sources.clone(),

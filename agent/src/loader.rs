@@ -8,11 +8,14 @@ use anyhow::{Context, Result, bail};
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, TracePoint},
+    programs::{BtfTracePoint, FEntry, FExit, TracePoint},
 };
 
 use crate::{
-    abi::{wb_config, wb_policy, wb_stat},
+    abi::{
+        wb_config, wb_policy, wb_stat, wb_syscalls_WB_SC_ALL as WB_SC_ALL, wb_syscalls_WB_SC_SPLICE as WB_SC_SPLICE,
+        wb_syscalls_WB_SC_VECTORED as WB_SC_VECTORED,
+    },
     devices::DeviceMap,
 };
 
@@ -23,9 +26,42 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 
-/// (program, BTF tracepoint) pairs: writes at every syscall exit, process exit.
-const BTF_HOOKS: &[(&str, &str)] = &[("wb_sys_exit", "sys_exit"), ("wb_process_exit", "sched_process_exit")];
+/// Process exit: both backends.
+const PROCESS_EXIT: (&str, &str) = ("wb_process_exit", "sched_process_exit");
+/// Writes at every syscall exit: the tracepoint backend, and the fentry
+/// backend's stand-in for write functions it cannot hook.
+const SYS_EXIT: (&str, &str) = ("wb_sys_exit", "sys_exit");
 
+/// The fentry backend's write hooks: (program, function, the syscalls
+/// sys_exit reports instead when the function cannot be hooked; 0: required).
+const FEXIT_WRITES: &[(&str, &str, u32)] = &[
+    ("wb_vfs_write", "vfs_write", 0),
+    ("wb_vfs_writev", "vfs_writev", WB_SC_VECTORED),
+    ("wb_vfs_iter_write", "vfs_iter_write", WB_SC_SPLICE),
+];
+/// Close hooks, the first this kernel has: filp_flush from 6.8, filp_close before.
+const FENTRY_CLOSES: &[(&str, &str)] = &[("wb_filp_flush", "filp_flush"), ("wb_filp_close", "filp_close")];
+
+/// Which hooks feed the stream logic (bpf/writebehind.bpf.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Try fentry, fall back to tracepoints (the default).
+    Auto,
+    Fentry,
+    Tracepoint,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "fentry" => Ok(Self::Fentry),
+            "tracepoint" => Ok(Self::Tracepoint),
+            _ => Err(format!("unknown backend {s:?}: expected auto, fentry or tracepoint")),
+        }
+    }
+}
 /// (program, syscall tracepoint) pairs: closes, seen while the fd still names the file.
 const SYSCALL_HOOKS: &[(&str, &str)] = &[
     ("wb_enter_close", "sys_enter_close"),
@@ -38,6 +74,11 @@ pub struct Loaded {
     // Fields drop in order: programs detach before tracefs is unmounted.
     ebpf: Ebpf,
     _tracefs: TracefsMount,
+    /// What is attached, for logs and `wbctl status`: "fentry",
+    /// "tracepoint", or "fentry+sys_exit(writev)" where a function was missing.
+    pub backend: String,
+    /// Which write syscalls wb_sys_exit reports (wb_config.sys_exit_writes).
+    pub sys_exit_writes: u32,
 }
 
 /// Refuses early, with the reason, what would otherwise fail obscurely.
@@ -58,25 +99,95 @@ pub fn check_environment() -> Result<()> {
 }
 
 impl Loaded {
-    pub fn load_and_attach(cfg: wb_config) -> Result<Self> {
+    pub fn load_and_attach(mut cfg: wb_config, backend: Backend) -> Result<Self> {
         let tracefs = TracefsMount::ensure()?;
         let btf = Btf::from_sys_fs().context("reading kernel BTF from /sys/kernel/btf/vmlinux")?;
         let ebpf =
             EbpfLoader::new().btf(Some(&btf)).load(BPF_OBJECT).context("loading the BPF object into the kernel")?;
-        let mut me = Self { ebpf, _tracefs: tracefs };
-        me.set_config(cfg)?;
+        let mut me = Self { ebpf, _tracefs: tracefs, backend: String::new(), sys_exit_writes: 0 };
 
-        for &(prog, tp) in SYSCALL_HOOKS {
-            let p: &mut TracePoint = me.program(prog)?;
-            p.load().with_context(|| format!("loading {prog}"))?;
-            p.attach("syscalls", tp).with_context(|| format!("attaching {prog} to syscalls/{tp}"))?;
+        let fentry = match backend {
+            Backend::Tracepoint => None,
+            _ => Some(me.load_fentry(&btf)),
+        };
+        match fentry {
+            None => me.sys_exit_writes = WB_SC_ALL,
+            Some(Ok(missing)) => me.sys_exit_writes = missing,
+            Some(Err(e)) if backend == Backend::Auto => {
+                tracing::info!(reason = %format!("{e:#}").lines().next().unwrap_or(""), "fentry refused; using syscall tracepoints");
+                me.sys_exit_writes = WB_SC_ALL;
+            }
+            Some(Err(e)) => return Err(e.context("the fentry backend (--backend fentry) cannot load on this kernel")),
         }
-        for &(prog, tp) in BTF_HOOKS {
+        // The configuration first: wb_sys_exit reads which syscalls are its own.
+        cfg.sys_exit_writes = me.sys_exit_writes;
+        me.set_config(cfg)?;
+        if me.backend.is_empty() {
+            me.backend = "tracepoint".into();
+            for &(prog, tp) in SYSCALL_HOOKS {
+                let p: &mut TracePoint = me.program(prog)?;
+                p.load().with_context(|| format!("loading {prog}"))?;
+                p.attach("syscalls", tp).with_context(|| format!("attaching {prog} to syscalls/{tp}"))?;
+            }
+        }
+        let mut btf_hooks = vec![PROCESS_EXIT];
+        if me.sys_exit_writes != 0 {
+            btf_hooks.push(SYS_EXIT);
+        }
+        for (prog, tp) in btf_hooks {
             let p: &mut BtfTracePoint = me.program(prog)?;
             p.load(tp, &btf).with_context(|| format!("loading {prog}"))?;
             p.attach().with_context(|| format!("attaching {prog} to tp_btf/{tp}"))?;
         }
         Ok(me)
+    }
+
+    /// Loads and attaches the fentry hooks; returns the write syscalls left
+    /// to sys_exit.  On failure nothing of it stays attached.
+    fn load_fentry(&mut self, btf: &Btf) -> Result<u32> {
+        let mut missing = 0;
+        let mut loaded = Vec::new();
+        let mut gaps = Vec::new();
+        let r = (|| -> Result<()> {
+            for &(prog, func, stand_in) in FEXIT_WRITES {
+                let p: &mut FExit = self.program(prog)?;
+                match p.load(func, btf).and_then(|_| p.attach().map(drop)) {
+                    Ok(()) => loaded.push(prog),
+                    Err(e) if stand_in != 0 => {
+                        tracing::info!(function = func, error = %e, "cannot hook; its syscalls are seen at sys_exit");
+                        missing |= stand_in;
+                        gaps.push(func);
+                    }
+                    Err(e) => return Err(e).with_context(|| format!("loading {prog} (fexit/{func})")),
+                }
+            }
+            let mut errors = Vec::new();
+            for &(prog, func) in FENTRY_CLOSES {
+                let p: &mut FEntry = self.program(prog)?;
+                match p.load(func, btf).and_then(|_| p.attach().map(drop)) {
+                    Ok(()) => {
+                        loaded.push(prog);
+                        return Ok(());
+                    }
+                    Err(e) => errors.push(format!("fentry/{func}: {e}")),
+                }
+            }
+            anyhow::bail!("no close hook: {}", errors.join("; "))
+        })();
+        if let Err(e) = r {
+            for prog in loaded {
+                if let Some(p) = self.ebpf.program_mut(prog) {
+                    let _ = match p {
+                        aya::programs::Program::FEntry(p) => p.unload(),
+                        aya::programs::Program::FExit(p) => p.unload(),
+                        _ => Ok(()),
+                    };
+                }
+            }
+            return Err(e);
+        }
+        self.backend = if gaps.is_empty() { "fentry".into() } else { format!("fentry+sys_exit({})", gaps.join(",")) };
+        Ok(missing)
     }
 
     /// A program of the object, as the type its section says it is.

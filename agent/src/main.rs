@@ -36,7 +36,7 @@ fn group_id(g: &str) -> Option<u32> {
 }
 
 const USAGE: &str = "\
-usage: writebehindd [--policy-dir DIR] [--policy FILE]... [--help] [--version]
+usage: writebehindd [--policy-dir DIR] [--policy FILE]... [--backend KIND] [--help] [--version]
        writebehindd --check-policy PATH...
 
 Keeps the dirty page cache of streaming writers near a small window by
@@ -49,6 +49,8 @@ stays).
   --policy FILE        one more policy file, applied after the directory
   --check-policy PATH  validate policy files (or directories of them), print
                        the effective policy per match, and exit
+  --backend KIND       auto (default: fentry where the kernel allows it, else
+                       syscall tracepoints), fentry or tracepoint
   --control PATH       control socket for wbctl (default /run/writebehindd/control.sock)
   --control-group GRP  also let this group read the daemon's state (wbctl status)
   --metrics-listen ADDR  serve OpenMetrics at http://ADDR/metrics (off by default;
@@ -64,6 +66,7 @@ struct Args {
     control: PathBuf,
     control_group: Option<u32>,
     metrics_listen: Option<std::net::SocketAddr>,
+    backend: loader::Backend,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
@@ -74,6 +77,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         control: SOCKET.into(),
         control_group: None,
         metrics_listen: None,
+        backend: loader::Backend::Auto,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -90,6 +94,7 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--policy-dir" => a.dir = value("a directory")?.into(),
             "--policy" => a.files.push(value("a file")?.into()),
             "--control" => a.control = value("a socket path")?.into(),
+            "--backend" => a.backend = value("auto, fentry or tracepoint")?.parse()?,
             "--metrics-listen" => {
                 let v = value("an address like 127.0.0.1:9477")?;
                 a.metrics_listen = Some(v.parse().map_err(|e| format!("--metrics-listen {v:?}: {e}"))?);
@@ -183,12 +188,12 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
     // Before anything is attached: put back bdi limits a killed run left.
     let pacer = Pacer::new();
     let root = set.root().clone();
-    let cfg = wb_config { dflt: root.to_bpf(), on_battery: 0, _pad: 0 };
-    let mut loaded = Loaded::load_and_attach(cfg)?;
+    let cfg = wb_config { dflt: root.to_bpf(), ..Default::default() };
+    let mut loaded = Loaded::load_and_attach(cfg, args.backend)?;
     let events = loaded.take_events()?;
     let (config, devices, cgroup_map) = loaded.take_tuning()?;
     tracing::info!(
-        window = ?root.window, burst = root.burst.0, pacing = root.pacing, backend = "tracepoint",
+        window = ?root.window, burst = root.burst.0, pacing = root.pacing, backend = %loaded.backend,
         policies = %set.sources.join(", "), "attached; watching for streaming writers"
     );
     let mut cgroups = CgroupPolicies::new(set, config, cgroup_map);
@@ -214,7 +219,7 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
         commands: cmd_rx,
         counters: counters.clone(),
         started: Instant::now(),
-        backend: "tracepoint",
+        backend: loaded.backend.clone(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().into(),
     };
     let mut table = StreamTable::new(counters.clone(), Devices::new(root, Some(devices), pacer));
