@@ -25,17 +25,19 @@ pub const BATCH_AGE: Duration = Duration::from_millis(100);
 /// A multi-file writer with no closed file for this long is reported ended.
 const WRITER_IDLE: Duration = Duration::from_secs(5);
 
-/// A stream is one process writing one file through one descriptor.
+/// A stream is one process writing one file.  Not keyed by descriptor: the
+/// fentry backend reports closes after the fd left the table (fd -1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct StreamKey {
     tgid: u32,
-    fd: i32,
     file: FileId,
 }
 
 struct Stream {
     /// Unique among this daemon's streams: its turn in the flusher's rounds.
     id: u64,
+    /// The writer's descriptor when the stream started (for logs).
+    fd: i32,
     file: Arc<OwnedFd>,
     pidfd: OwnedFd,
     comm: String,
@@ -111,7 +113,11 @@ impl StreamTable {
 
     pub fn handle(&mut self, kind: EventKind, ev: &wb_event) {
         self.counters.add(&self.counters.events, 1);
-        let key = StreamKey { tgid: ev.tgid, fd: ev.fd, file: FileId { dev: ev.st_dev(), ino: ev.ino } };
+        tracing::debug!(
+            kind = ?kind, pid = ev.tgid, fd = ev.fd, ino = ev.ino, start = ev.start, end = ev.end, comm = %ev.comm(),
+            "event"
+        );
+        let key = StreamKey { tgid: ev.tgid, file: FileId { dev: ev.st_dev(), ino: ev.ino } };
         match kind {
             EventKind::Span => self.span(key, ev),
             EventKind::Close => self.close(key, ev),
@@ -121,10 +127,14 @@ impl StreamTable {
     fn span(&mut self, key: StreamKey, ev: &wb_event) {
         let dev = self.devices.note(ev);
         if !self.streams.contains_key(&key) {
-            match sys::open_writer_file(key.tgid, key.fd, key.file) {
+            // fd -1: the fentry backend found no descriptor for the file.
+            let opened =
+                if ev.fd < 0 { Err(ErrorKind::FileGone) } else { sys::open_writer_file(key.tgid, ev.fd, key.file) };
+            match opened {
                 Ok((file, pidfd)) => {
                     let stream = Stream {
                         id: self.new_stream_id(),
+                        fd: ev.fd,
                         file: Arc::new(file),
                         pidfd,
                         comm: ev.comm(),
@@ -134,7 +144,7 @@ impl StreamTable {
                         spans: 0,
                     };
                     tracing::info!(
-                        pid = key.tgid, comm = %stream.comm, fd = key.fd, ino = key.file.ino,
+                        pid = key.tgid, comm = %stream.comm, fd = ev.fd, ino = key.file.ino,
                         bdi = %stream.bdi, "stream started"
                     );
                     self.counters.add(&self.counters.streams_started, 1);
@@ -149,7 +159,7 @@ impl StreamTable {
                 }
                 Err(kind) => {
                     self.counters.error(kind);
-                    tracing::debug!(pid = key.tgid, fd = key.fd, error = kind.name(), "span skipped");
+                    tracing::debug!(pid = key.tgid, fd = ev.fd, error = kind.name(), "span skipped");
                     return;
                 }
             }
@@ -246,7 +256,7 @@ impl StreamTable {
     fn ended(&self, key: StreamKey, s: Stream, tail: u64, why: &str) {
         let secs = s.started.elapsed().as_secs_f64();
         tracing::info!(
-            pid = key.tgid, comm = %s.comm, fd = key.fd, ino = key.file.ino, bdi = %s.bdi,
+            pid = key.tgid, comm = %s.comm, fd = s.fd, ino = key.file.ino, bdi = %s.bdi,
             bytes = s.bytes + tail, spans = s.spans, secs = format!("{secs:.1}"),
             "stream ended ({why})"
         );
