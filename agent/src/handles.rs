@@ -90,6 +90,9 @@ impl Layout {
 struct Mount {
     path: String,
     layout: Layout,
+    /// btrfs: the mounted subvolume's root objectid and stat(2) device, for
+    /// events that lack them (see `open`).
+    subvol: Option<(u64, u64)>,
     /// Open only while a batch is being flushed: an fd held on a filesystem
     /// makes umount fail with EBUSY.
     root: Option<OwnedFd>,
@@ -122,6 +125,15 @@ impl Handles {
             mount.root = Some(open_dir(&mount.path).map_err(|_| ErrorKind::NoHandle)?);
         }
         let root = mount.root.as_ref().expect("opened above");
+        // BPF reads the subvolume of a btrfs inode through btrfs_inode's
+        // BTF, which kernels with btrfs as a module (Debian's) keep in the
+        // module's BTF, out of CO-RE's reach: then fs_root is 0 and st_dev
+        // is the superblock's.  The mounted subvolume is the likely one;
+        // the (st_dev, ino) check below rejects any other.
+        let f = &match (mount.subvol, f.fs_root) {
+            (Some((root_id, dev)), 0) => ClosedFile { fs_root: root_id, st_dev: dev, ..*f },
+            _ => *f,
+        };
         let bytes = mount.layout.encode(f).ok_or(ErrorKind::NoHandle)?;
         let mut h = FileHandle {
             handle_bytes: bytes.len() as u32,
@@ -191,7 +203,8 @@ fn learn(sb_dev: u64) -> Option<Mount> {
             libc::AT_EMPTY_PATH,
         )
     };
-    let root_ino = sys::fstat(root.as_raw_fd()).ok()?.st_ino;
+    let root_st = sys::fstat(root.as_raw_fd()).ok()?;
+    let root_ino = root_st.st_ino;
     let layout = (r == 0)
         .then(|| Layout::of_type(h.handle_type))
         .flatten()
@@ -199,7 +212,10 @@ fn learn(sb_dev: u64) -> Option<Mount> {
     match layout {
         Some(layout) => {
             tracing::info!(mount = %path, ?layout, "closed files on this filesystem are reached by file handle");
-            Some(Mount { path, layout, root: None })
+            let subvol = (layout == Layout::Btrfs)
+                .then(|| Some((u64::from_ne_bytes(h.f_handle[8..16].try_into().ok()?), root_st.st_dev)))
+                .flatten();
+            Some(Mount { path, layout, subvol, root: None })
         }
         None => {
             tracing::warn!(mount = %path, handle_type = h.handle_type, "unknown file handle layout: closed files there are left to the kernel");
