@@ -29,6 +29,11 @@ impl Daemon {
         Self::spawn(exe, policy, &[])
     }
 
+    /// A given binary with arguments.
+    pub fn start_exe_with_args(exe: &Path, args: &[&str]) -> Result<Self> {
+        Self::spawn(exe, None, args)
+    }
+
     /// With more command-line arguments.
     pub fn start_with_args(args: &[&str]) -> Result<Self> {
         Self::spawn(&bin_dir().join("writebehindd"), None, args)
@@ -39,7 +44,21 @@ impl Daemon {
         Self::spawn(&bin_dir().join("writebehindd"), Some(policy), &[])
     }
 
+    /// With a policy and arguments, logging every event it receives.
+    pub fn start_traced(policy: &str, args: &[&str]) -> Result<Self> {
+        Self::spawn_logging(
+            &bin_dir().join("writebehindd"),
+            Some(policy),
+            args,
+            Some("info,writebehindd::streams=debug"),
+        )
+    }
+
     fn spawn(exe: &Path, policy: Option<&str>, args: &[&str]) -> Result<Self> {
+        Self::spawn_logging(exe, policy, args, None)
+    }
+
+    fn spawn_logging(exe: &Path, policy: Option<&str>, args: &[&str], log_filter: Option<&str>) -> Result<Self> {
         if !exe.exists() {
             bail!("{} is not built: run `cargo xtask test`, which builds it first", exe.display());
         }
@@ -53,6 +72,10 @@ impl Daemon {
         cmd.arg("--policy-dir").arg(&dir);
         // Its own control socket: never the host daemon's.
         cmd.arg("--control").arg(scratch.0.join("control.sock"));
+        // WB_TEST_BACKEND=fentry|tracepoint (cargo xtask vmtest runs each).
+        if let (Ok(b), false) = (std::env::var("WB_TEST_BACKEND"), args.contains(&"--backend")) {
+            cmd.arg("--backend").arg(b);
+        }
         cmd.args(args);
         if let Some(text) = policy {
             let file = scratch.0.join("policy.toml");
@@ -60,7 +83,10 @@ impl Daemon {
             cmd.arg("--policy").arg(file);
         }
         let child = cmd
-            .env("RUST_LOG", std::env::var("WB_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                log_filter.map(String::from).or_else(|| std::env::var("WB_TEST_LOG").ok()).unwrap_or("info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(File::create(&log)?)
             .stderr(File::create(&log)?)
@@ -92,6 +118,10 @@ impl Daemon {
     /// The policy file given with start_with_policy (rewrite it, then reload).
     pub fn policy_file(&self) -> PathBuf {
         self._scratch.0.join("policy.toml")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The daemon's control socket.

@@ -28,6 +28,17 @@ pub fn require_root() {
     Knob::recover().expect("restoring settings left by an interrupted run");
 }
 
+/// Test sizes are divided by WB_TEST_SCALE (default 1): `cargo xtask vmtest`
+/// runs the tests under CPU emulation, about ten times slower.
+pub fn scale() -> u64 {
+    std::env::var("WB_TEST_SCALE").ok().and_then(|s| s.parse().ok()).filter(|&n| n >= 1).unwrap_or(1)
+}
+
+/// `n` divided by the scale.
+pub fn scaled(n: u64) -> u64 {
+    (n / scale()).max(1)
+}
+
 /// Runs a command, failing with its stderr when it does not succeed.
 pub fn run(cmd: &mut Command) -> Result<String> {
     let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("spawning {cmd:?}"))?;
@@ -59,7 +70,10 @@ impl Scratch {
 
     /// In a chosen place, e.g. /dev/shm for sources that must not touch a disk.
     pub fn new_in(base: &str, tag: &str) -> Result<Self> {
-        let dir = PathBuf::from(base).join(format!("wb-{tag}-{}", std::process::id()));
+        // Unique per call: a test may hold several (loop devices' backing files).
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = PathBuf::from(base).join(format!("wb-{tag}-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         Ok(Self(dir))
     }

@@ -4,7 +4,7 @@
 mod modes;
 mod probes;
 mod report;
-mod scenarios;
+pub(crate) mod scenarios;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

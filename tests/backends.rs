@@ -1,0 +1,126 @@
+//! The two hook backends (bpf/writebehind.bpf.c) feed one stream logic: the
+//! same workload must give the same decisions on both, and `auto` must pick
+//! fentry wherever the kernel allows it.  This machine's kernel refuses
+//! fentry, so the differential test does its work under `cargo xtask
+//! vmtest` (a stock Debian kernel); here it says it has nothing to compare.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Context, Result};
+use wb_tests::*;
+
+/// Fixed windows and a small burst: decisions that depend on the workload
+/// alone, not on measured bandwidth or timing.
+const POLICY: &str = "window = \"8MiB\"\nburst = \"4MiB\"\nquiet = \"30s\"\npacing = false\n";
+
+/// Whether this kernel lets the daemon load its fentry backend.
+fn fentry_loads() -> Result<bool> {
+    match Daemon::start_with_args(&["--backend", "fentry"]) {
+        Ok(d) => {
+            d.stop()?;
+            Ok(true)
+        }
+        Err(e) if format!("{e:#}").contains("cannot load on this kernel") => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[test]
+fn auto_picks_fentry_where_the_kernel_allows_it() -> Result<()> {
+    require_root();
+    let fentry = fentry_loads()?;
+    let log = Daemon::start_with_args(&["--backend", "auto"])?.stop()?;
+    if fentry {
+        assert!(log.contains("backend=fentry"), "fentry loads here, but auto chose otherwise:\n{log}");
+    } else {
+        assert!(log.contains("backend=tracepoint"), "{log}");
+        // The fallback says why, in one line.
+        assert!(log.contains("fentry refused; using syscall tracepoints reason="), "{log}");
+    }
+    Ok(())
+}
+
+/// One decision of the stream logic, as the daemon logged the event.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Decision {
+    file: String,
+    kind: String,
+    start: u64,
+    end: u64,
+}
+
+/// `key=value` of a log line.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// Writes through every covered path: write (dd), pwrite and writev
+/// (python), a multi-file writer (tar x), cp -r; then the decisions the
+/// daemon logged for the files it made, by path.
+fn decisions(fs: &Mounted, src: &std::path::Path, backend: &str) -> Result<BTreeSet<Decision>> {
+    let dir = fs.path(backend);
+    std::fs::create_dir_all(&dir)?;
+    let daemon = Daemon::start_traced(POLICY, &["--backend", backend])?;
+    let d = dir.display();
+    sh(&format!("dd if=/dev/zero of={d}/dd bs=1M count=40 status=none"))?;
+    sh(&format!(
+        "/usr/bin/python3 -c '
+import os
+b = bytes(1 << 19)
+fd = os.open(\"{d}/pwrite\", os.O_WRONLY | os.O_CREAT)
+for i in range(60): os.pwrite(fd, b, i << 19)
+os.close(fd)
+fd = os.open(\"{d}/writev\", os.O_WRONLY | os.O_CREAT)
+for i in range(30): os.writev(fd, [b, b])
+os.close(fd)'"
+    ))?;
+    sh(&format!("mkdir {d}/x && tar -xf {}/src.tar -C {d}/x", src.display()))?;
+    sh(&format!("cp -r {}/tree {d}/cp", src.display()))?;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let log = daemon.stop()?;
+    let names: BTreeMap<u64, String> = sh(&format!("cd {d} && find . -type f -printf '%i %P\\n'"))?
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(i, p)| (i.parse().unwrap_or(0), p.to_owned())))
+        .collect();
+    let mut out = BTreeSet::new();
+    for line in log.lines().filter(|l| l.contains(" event ")) {
+        let num = |k: &str| field(line, k).and_then(|v| v.parse::<u64>().ok()).with_context(|| format!("{k}: {line}"));
+        let Some(file) = names.get(&num("ino")?) else { continue };
+        out.insert(Decision {
+            file: file.clone(),
+            kind: field(line, "kind").unwrap_or("").to_owned(),
+            start: num("start")?,
+            end: num("end")?,
+        });
+    }
+    Ok(out)
+}
+
+#[test]
+fn both_backends_make_the_same_decisions() -> Result<()> {
+    require_root();
+    if !fentry_loads()? {
+        println!("this kernel refuses fentry: nothing to compare here (cargo xtask vmtest runs this test)");
+        return Ok(());
+    }
+    let shm = Scratch::new_in("/dev/shm", "diff")?;
+    random_tree(&shm.0.join("tree"), 60, 4096, 1 << 20, 5)?;
+    sh(&format!("tar -cf {0}/src.tar -C {0}/tree .", shm.0.display()))?;
+    let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
+    let fentry = decisions(&fs, &shm.0, "fentry")?;
+    let tracepoint = decisions(&fs, &shm.0, "tracepoint")?;
+    let spans = |s: &BTreeSet<Decision>| s.iter().filter(|d| d.kind == "Span").count();
+    println!(
+        "fentry: {} decisions ({} spans), tracepoint: {} ({} spans)",
+        fentry.len(),
+        spans(&fentry),
+        tracepoint.len(),
+        spans(&tracepoint)
+    );
+    // The workload streams: 40 + 30 + 30 MiB in 8 MiB windows at least.
+    assert!(spans(&fentry) >= 10, "too few decisions to compare: {fentry:#?}");
+    let only_f: Vec<_> = fentry.difference(&tracepoint).collect();
+    let only_t: Vec<_> = tracepoint.difference(&fentry).collect();
+    assert!(only_f.is_empty() && only_t.is_empty(), "only fentry: {only_f:#?}\nonly tracepoint: {only_t:#?}");
+    Ok(())
+}
