@@ -20,11 +20,14 @@ pub enum ErrorKind {
     NoHandle,
     /// A record from the ring buffer that does not decode.
     BadEvent,
+    /// A cap was reached (files held, flushes queued): the excess is left
+    /// to the kernel's own writeback.
+    OverCap,
     Other,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 8] = [
+    pub const ALL: [ErrorKind; 9] = [
         Self::ProcessGone,
         Self::FileGone,
         Self::IdentityMismatch,
@@ -32,6 +35,7 @@ impl ErrorKind {
         Self::SyncFailed,
         Self::NoHandle,
         Self::BadEvent,
+        Self::OverCap,
         Self::Other,
     ];
 
@@ -44,6 +48,7 @@ impl ErrorKind {
             Self::SyncFailed => "sync_failed",
             Self::NoHandle => "no_handle",
             Self::BadEvent => "bad_event",
+            Self::OverCap => "over_cap",
             Self::Other => "other",
         }
     }

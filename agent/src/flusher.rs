@@ -16,7 +16,7 @@
 //! measurement of the device's write bandwidth.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     os::fd::{AsRawFd, OwnedFd},
     sync::{
         Arc,
@@ -36,6 +36,7 @@ use crate::{
 };
 
 /// The file a flush acts on.
+#[derive(Debug)]
 pub enum Target {
     /// A stream's file, held open (read-only) by the agent.
     Held(Arc<OwnedFd>),
@@ -44,6 +45,7 @@ pub enum Target {
 }
 
 /// Start writeback of [start, end) of a file.
+#[derive(Debug)]
 pub struct Flush {
     pub target: Target,
     pub start: u64,
@@ -54,6 +56,7 @@ pub struct Flush {
 /// written in the order it was written, so delayed allocation lays it out
 /// contiguously.  `owner` names the stream (or the multi-file writer) the
 /// batch belongs to, for fair turns.
+#[derive(Debug)]
 pub struct Batch {
     pub owner: u64,
     pub flushes: Vec<Flush>,
@@ -97,6 +100,12 @@ impl Flushers {
     }
 }
 
+/// Flushes queued on one device at most (a flush is ~64 bytes, a held
+/// file's queued spans keep one fd open): beyond it, new batches are left
+/// to the kernel, counted as over_cap.  A device this far behind gains
+/// nothing from more queued writeback.
+pub const MAX_QUEUED: usize = 65_536;
+
 /// Batches waiting on one device, by owner.  Service goes in rounds (seed
 /// 000): each round gives every owner with work one batch, owners in the
 /// order their oldest batch arrived, so a flood of small files cannot starve
@@ -106,15 +115,23 @@ struct Rounds {
     queues: HashMap<u64, VecDeque<Batch>>,
     /// Owners with work, oldest first.
     order: VecDeque<u64>,
+    /// Flushes in all queues.
+    queued: usize,
 }
 
 impl Rounds {
-    fn push(&mut self, b: Batch) {
+    /// Queues the batch, or gives it back when the device's queue is full.
+    fn push(&mut self, b: Batch) -> Result<(), Batch> {
+        if self.queued + b.flushes.len() > MAX_QUEUED {
+            return Err(b);
+        }
+        self.queued += b.flushes.len();
         let q = self.queues.entry(b.owner).or_default();
         if q.is_empty() {
             self.order.push_back(b.owner);
         }
         q.push_back(b);
+        Ok(())
     }
 
     /// One batch from each owner with work.
@@ -123,7 +140,9 @@ impl Rounds {
         let mut out = Vec::with_capacity(owners.len());
         for owner in owners {
             let q = self.queues.get_mut(&owner).expect("ordered owners have queues");
-            out.push(q.pop_front().expect("ordered owners have work"));
+            let b = q.pop_front().expect("ordered owners have work");
+            self.queued -= b.flushes.len();
+            out.push(b);
             if q.is_empty() {
                 self.queues.remove(&owner);
             } else {
@@ -159,6 +178,10 @@ struct Submitter {
     /// When the last waited range completed: busy time starts after it.
     last_done: Option<Instant>,
     sampler: Sampler,
+    /// Files whose writeback failed (EIO, device gone): logged once, then
+    /// left alone; by (st_dev, st_ino).
+    failed: HashSet<(u64, u64)>,
+    over_cap_logged: bool,
 }
 
 impl Submitter {
@@ -172,6 +195,8 @@ impl Submitter {
             in_flight_bytes: 0,
             last_done: None,
             sampler: Sampler::default(),
+            failed: HashSet::new(),
+            over_cap_logged: false,
         }
     }
 
@@ -182,17 +207,32 @@ impl Submitter {
                 // Nothing queued: let what is in flight finish (a sample,
                 // and no file held while idle), then sleep until work comes.
                 self.wait_until(0);
+                self.over_cap_logged = false;
                 match rx.recv() {
-                    Ok(b) => rounds.push(b),
+                    Ok(b) => self.queue(&mut rounds, b),
                     Err(_) => return,
                 }
             }
             while let Ok(b) = rx.try_recv() {
-                rounds.push(b);
+                self.queue(&mut rounds, b);
             }
             for batch in rounds.round() {
                 self.submit(batch);
                 self.handles.release();
+            }
+        }
+    }
+
+    fn queue(&mut self, rounds: &mut Rounds, b: Batch) {
+        if let Err(b) = rounds.push(b) {
+            for _ in &b.flushes {
+                self.counters.error(ErrorKind::OverCap);
+            }
+            if !std::mem::replace(&mut self.over_cap_logged, true) {
+                tracing::warn!(
+                    max = MAX_QUEUED,
+                    "flush queue full: the excess is left to the kernel until the device catches up"
+                );
             }
         }
     }
@@ -223,12 +263,25 @@ impl Submitter {
                     }
                 },
             };
+            let id = || crate::sys::fstat(file.as_raw_fd()).map(|st| (st.st_dev, st.st_ino)).unwrap_or_default();
+            if !self.failed.is_empty() && self.failed.contains(&id()) {
+                continue;
+            }
             let mut at = job.start;
             while at < job.end {
                 let to = job.end.min(at + chunk);
                 if let Err(e) = crate::sys::sync_file_range(file.as_raw_fd(), at, to, libc::SYNC_FILE_RANGE_WRITE) {
                     self.counters.error(ErrorKind::SyncFailed);
-                    tracing::debug!(error = %e, "sync_file_range(WRITE) failed");
+                    let (dev, ino) = id();
+                    if self.failed.len() >= 4096 {
+                        self.failed.clear();
+                    }
+                    if self.failed.insert((dev, ino)) {
+                        tracing::warn!(
+                            dev = %format!("{}:{}", libc::major(dev), libc::minor(dev)), ino, error = %e,
+                            "writeback failed: this file is left to the kernel from now on"
+                        );
+                    }
                     break;
                 }
                 self.counters.add(&self.counters.bytes_flushed, to - at);
@@ -303,16 +356,31 @@ mod tests {
         let mut r = Rounds::default();
         // A flood of small-file batches from owner 1 queued before owner 2's span.
         for i in 0..5 {
-            r.push(batch(1, 10 + i));
+            r.push(batch(1, 10 + i)).unwrap();
         }
-        r.push(batch(2, 20));
-        r.push(batch(2, 21));
+        r.push(batch(2, 20)).unwrap();
+        r.push(batch(2, 21)).unwrap();
         assert_eq!(inos(r.round()), vec![10, 20]);
-        r.push(batch(3, 30));
+        r.push(batch(3, 30)).unwrap();
         assert_eq!(inos(r.round()), vec![11, 21, 30]);
         assert_eq!(inos(r.round()), vec![12]);
         assert_eq!(inos(r.round()), vec![13]);
         assert_eq!(inos(r.round()), vec![14]);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn a_full_queue_gives_batches_back() {
+        let mut r = Rounds::default();
+        for i in 0..MAX_QUEUED as u64 {
+            r.push(batch(i % 7, i)).unwrap();
+        }
+        assert!(r.push(batch(1, 0)).is_err());
+        // One round frees room for as many as it took.
+        let n = r.round().len();
+        for i in 0..n as u64 {
+            r.push(batch(9, i)).unwrap();
+        }
+        assert!(r.push(batch(9, 0)).is_err());
     }
 }

@@ -185,6 +185,12 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
         let _in_runtime = rt.enter();
         (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?, signal(SignalKind::hangup())?)
     };
+    // Held files (one per stream), flush-time handles, clients.
+    let want = writebehindd::streams::MAX_HELD as u64 + 1024;
+    let nofile = writebehindd::sys::raise_nofile(want);
+    if nofile < want {
+        tracing::warn!(nofile, want, "RLIMIT_NOFILE is low: streams beyond it are left to the kernel");
+    }
     // Before anything is attached: put back bdi limits a killed run left.
     let pacer = Pacer::new();
     let root = set.root().clone();

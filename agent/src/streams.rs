@@ -24,6 +24,9 @@ const BATCH_FILES: usize = 1024;
 pub const BATCH_AGE: Duration = Duration::from_millis(100);
 /// A multi-file writer with no closed file for this long is reported ended.
 const WRITER_IDLE: Duration = Duration::from_secs(5);
+/// Files held open at most (one per stream; main raises RLIMIT_NOFILE above
+/// it).  Beyond it new streams are left to the kernel, counted as over_cap.
+pub const MAX_HELD: usize = 8192;
 
 /// A stream is one process writing one file.  Not keyed by descriptor: the
 /// fentry backend reports closes after the fd left the table (fd -1).
@@ -73,6 +76,8 @@ pub struct StreamTable {
     devices: Devices,
     counters: Arc<Counters>,
     next_id: u64,
+    /// The held-files cap was logged (again once the table has drained).
+    over_cap_logged: bool,
 }
 
 /// Writeback of the event's range of `target`, waiting for nothing.
@@ -101,6 +106,7 @@ impl StreamTable {
             devices,
             counters,
             next_id: 0,
+            over_cap_logged: false,
         }
     }
 
@@ -126,6 +132,13 @@ impl StreamTable {
 
     fn span(&mut self, key: StreamKey, ev: &wb_event) {
         let dev = self.devices.note(ev);
+        if !self.streams.contains_key(&key) && self.streams.len() >= MAX_HELD {
+            self.counters.error(ErrorKind::OverCap);
+            if !std::mem::replace(&mut self.over_cap_logged, true) {
+                tracing::warn!(max = MAX_HELD, "too many streams: new ones are left to the kernel");
+            }
+            return;
+        }
         if !self.streams.contains_key(&key) {
             // fd -1: the fentry backend found no descriptor for the file.
             let opened =
@@ -253,7 +266,10 @@ impl StreamTable {
         }
     }
 
-    fn ended(&self, key: StreamKey, s: Stream, tail: u64, why: &str) {
+    fn ended(&mut self, key: StreamKey, s: Stream, tail: u64, why: &str) {
+        if self.streams.len() < MAX_HELD / 2 {
+            self.over_cap_logged = false;
+        }
         let secs = s.started.elapsed().as_secs_f64();
         tracing::info!(
             pid = key.tgid, comm = %s.comm, fd = s.fd, ino = key.file.ino, bdi = %s.bdi,
