@@ -121,14 +121,22 @@ async fn client(
             let _ = reply(&mut write, &Response::err("request line too long")).await;
             return Ok(());
         }
-        let response = match serde_json::from_str::<Request>(&line) {
-            Err(e) => Response::err(format!("malformed request: {e}")),
-            Ok(r) if r.v != PROTOCOL => {
-                Response::err(format!("protocol version {} not spoken (this daemon: {PROTOCOL})", r.v))
-            }
+        let response = match parse_request(&line) {
+            Err(refusal) => refusal,
             Ok(r) => answer(&r, uid, may_read, &shared, &commands),
         };
         reply(&mut write, &response).await?;
+    }
+}
+
+/// One request line, decoded, or the error response it earns.
+pub fn parse_request(line: &str) -> Result<Request, Response> {
+    match serde_json::from_str::<Request>(line) {
+        Err(e) => Err(Response::err(format!("malformed request: {e}"))),
+        Ok(r) if r.v != PROTOCOL => {
+            Err(Response::err(format!("protocol version {} not spoken (this daemon: {PROTOCOL})", r.v)))
+        }
+        Ok(r) => Ok(r),
     }
 }
 
