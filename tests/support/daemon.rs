@@ -54,17 +54,39 @@ impl Daemon {
         )
     }
 
+    /// Run through `wrapper` (e.g. setpriv with its options, ending in --).
+    pub fn start_wrapped(wrapper: &[&str], policy: Option<&str>) -> Result<Self> {
+        Self::spawn_with(wrapper, &bin_dir().join("writebehindd"), policy, &[], None)
+    }
+
     fn spawn(exe: &Path, policy: Option<&str>, args: &[&str]) -> Result<Self> {
         Self::spawn_logging(exe, policy, args, None)
     }
 
     fn spawn_logging(exe: &Path, policy: Option<&str>, args: &[&str], log_filter: Option<&str>) -> Result<Self> {
+        Self::spawn_with(&[], exe, policy, args, log_filter)
+    }
+
+    fn spawn_with(
+        wrapper: &[&str],
+        exe: &Path,
+        policy: Option<&str>,
+        args: &[&str],
+        log_filter: Option<&str>,
+    ) -> Result<Self> {
         if !exe.exists() {
             bail!("{} is not built: run `cargo xtask test`, which builds it first", exe.display());
         }
         let scratch = Scratch::new("daemon")?;
         let log = scratch.0.join("daemon.log");
-        let mut cmd = Command::new(exe);
+        let mut cmd = match wrapper.split_first() {
+            Some((w, wargs)) => {
+                let mut c = Command::new(w);
+                c.args(wargs).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
         // Never the host's /etc/writebehindd/policies.d: an empty directory,
         // and the test's policy (if any) as one file after it.
         let dir = scratch.0.join("policies.d");
