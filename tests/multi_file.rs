@@ -71,8 +71,10 @@ fn check(fs: &Mounted, src: &Source, dst: &str) -> Result<()> {
     Ok(())
 }
 
-fn streaming_held(src: &Source, dst: &str, work: &str, device_mib: u64, bound: u64) -> Result<()> {
-    for fstype in ["ext4", "xfs", "btrfs"] {
+const ALL_FS: &[&str] = &["ext4", "xfs", "btrfs"];
+
+fn streaming_held(fstypes: &[&str], src: &Source, dst: &str, work: &str, device_mib: u64, bound: u64) -> Result<()> {
+    for &fstype in fstypes {
         let fs = Mounted::new(LoopDevice::new(device_mib)?, fstype)?;
         println!("  {fstype}, {} MiB in the source:", src.bytes / MIB);
         let default = run_on(&fs, src, dst, work)?;
@@ -110,23 +112,26 @@ fn tar_x_of_20000_files_is_held() -> Result<()> {
     // Scaled down (vmtest), the tree is smaller than the default's bound
     // allows to show: hold it to a quarter of the source instead.
     let bound = if scale() > 1 { src.bytes / 4 } else { TAR_BOUND };
-    streaming_held(&src, "x", "mkdir -p {dst} && tar -xf {src} -C {dst}", scaled(8 * 1024), bound)
+    streaming_held(ALL_FS, &src, "x", "mkdir -p {dst} && tar -xf {src} -C {dst}", scaled(8 * 1024), bound)
 }
 
 #[test]
 fn cp_r_of_100_files_is_held() -> Result<()> {
     require_root();
     let src = big_files()?;
-    streaming_held(&src, "copy", "cp -r {src} {dst}", 8 * 1024, CP_BOUND)
+    streaming_held(ALL_FS, &src, "copy", "cp -r {src} {dst}", 8 * 1024, CP_BOUND)
 }
 
 /// rsync's receiver writes each file under a temporary name and renames it:
 /// a multi-file writer too, and the child of the process that was started.
+/// ext4 only: the filesystems differ in nothing rsync does that cp -r does
+/// not already show, and CI's time is bounded (measured on all three:
+/// docs/measurements.md, session 2).
 #[test]
 fn rsync_of_100_files_is_held() -> Result<()> {
     require_root();
     let src = big_files()?;
-    streaming_held(&src, "rsync", "rsync -a --whole-file {src}/ {dst}/", 8 * 1024, CP_BOUND)
+    streaming_held(&["ext4"], &src, "rsync", "rsync -a --whole-file {src}/ {dst}/", 8 * 1024, CP_BOUND)
 }
 
 /// Bytes `work` makes reach the device, including the sync after it.

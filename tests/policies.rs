@@ -77,8 +77,9 @@ fn stream_of(log: &str, pid: u32) -> Option<(u64, u64)> {
 
 /// Spans the daemon logged for the stream of `pid`, once it has ended.
 fn spans_of(d: &mut Daemon, pid: u32) -> Result<u64> {
-    let log = d.wait_log(&format!("pid={pid} "), WAIT)?;
-    std::thread::sleep(Duration::from_millis(200));
+    // The "ended" line itself: the "started" one comes first (waiting for
+    // any line of the pid raced with the end of the stream).
+    let log = d.wait_log(&format!("stream ended (closed) pid={pid} "), WAIT)?;
     Ok(stream_of(&log, pid).map_or(0, |s| s.0))
 }
 

@@ -90,9 +90,12 @@ impl Layout {
 struct Mount {
     path: String,
     layout: Layout,
-    /// btrfs: the mounted subvolume's root objectid and stat(2) device, for
-    /// events that lack them (see `open`).
-    subvol: Option<(u64, u64)>,
+    /// stat(2)'s device of the mount root when learned: a root opened later
+    /// with another device means the path no longer leads to this mount.
+    root_dev: u64,
+    /// btrfs: the mounted subvolume's root objectid, for events that lack
+    /// it (see `open`).
+    subvol: Option<u64>,
     /// Open only while a batch is being flushed: an fd held on a filesystem
     /// makes umount fail with EBUSY.
     root: Option<OwnedFd>,
@@ -117,6 +120,18 @@ struct FileHandle {
 impl Handles {
     /// Opens the closed file read-only, if it is still the inode BPF saw.
     pub fn open(&mut self, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
+        // A mount learned earlier whose path now leads elsewhere (unmounted,
+        // or mounted over) is learned again, once.
+        if let Some(Some(m)) = self.mounts.get_mut(&f.sb_dev)
+            && m.root.is_none()
+        {
+            match open_dir(&m.path).ok().filter(|r| sys::fstat(r.as_raw_fd()).is_ok_and(|st| st.st_dev == m.root_dev)) {
+                Some(root) => m.root = Some(root),
+                None => {
+                    self.mounts.remove(&f.sb_dev);
+                }
+            }
+        }
         let mount = self.mounts.entry(f.sb_dev).or_insert_with(|| learn(f.sb_dev));
         let Some(mount) = mount else {
             return Err(ErrorKind::NoHandle);
@@ -131,7 +146,7 @@ impl Handles {
         // is the superblock's.  The mounted subvolume is the likely one;
         // the (st_dev, ino) check below rejects any other.
         let f = &match (mount.subvol, f.fs_root) {
-            (Some((root_id, dev)), 0) => ClosedFile { fs_root: root_id, st_dev: dev, ..*f },
+            (Some(root_id), 0) => ClosedFile { fs_root: root_id, st_dev: mount.root_dev, ..*f },
             _ => *f,
         };
         let bytes = mount.layout.encode(f).ok_or(ErrorKind::NoHandle)?;
@@ -212,10 +227,9 @@ fn learn(sb_dev: u64) -> Option<Mount> {
     match layout {
         Some(layout) => {
             tracing::info!(mount = %path, ?layout, "closed files on this filesystem are reached by file handle");
-            let subvol = (layout == Layout::Btrfs)
-                .then(|| Some((u64::from_ne_bytes(h.f_handle[8..16].try_into().ok()?), root_st.st_dev)))
-                .flatten();
-            Some(Mount { path, layout, subvol, root: None })
+            let subvol =
+                (layout == Layout::Btrfs).then(|| h.f_handle[8..16].try_into().ok().map(u64::from_ne_bytes)).flatten();
+            Some(Mount { path, layout, root_dev: root_st.st_dev, subvol, root: None })
         }
         None => {
             tracing::warn!(mount = %path, handle_type = h.handle_type, "unknown file handle layout: closed files there are left to the kernel");

@@ -117,7 +117,12 @@ impl Loaded {
                 tracing::info!(reason = %format!("{e:#}").lines().next().unwrap_or(""), "fentry refused; using syscall tracepoints");
                 me.sys_exit_writes = WB_SC_ALL;
             }
-            Some(Err(e)) => return Err(e.context("the fentry backend (--backend fentry) cannot load on this kernel")),
+            Some(Err(e)) => {
+                return Err(e.context(
+                    "the fentry backend (--backend fentry) cannot load on this kernel; \
+                     --backend auto falls back to syscall tracepoints",
+                ));
+            }
         }
         // The configuration first: wb_sys_exit reads which syscalls are its own.
         cfg.sys_exit_writes = me.sys_exit_writes;

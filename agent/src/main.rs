@@ -36,7 +36,7 @@ fn group_id(g: &str) -> Option<u32> {
 }
 
 const USAGE: &str = "\
-usage: writebehindd [--policy-dir DIR] [--policy FILE]... [--backend KIND] [--help] [--version]
+usage: writebehindd [--policy-dir DIR] [--policy FILE]... [--backend KIND] [--max-streams N] [--help] [--version]
        writebehindd --check-policy PATH...
 
 Keeps the dirty page cache of streaming writers near a small window by
@@ -51,6 +51,8 @@ stays).
                        the effective policy per match, and exit
   --backend KIND       auto (default: fentry where the kernel allows it, else
                        syscall tracepoints), fentry or tracepoint
+  --max-streams N      streams at most, each holding its file and a pidfd (default 8192);
+                       beyond it new streams are left to the kernel, counted as over_cap
   --control PATH       control socket for wbctl (default /run/writebehindd/control.sock)
   --control-group GRP  also let this group read the daemon's state (wbctl status)
   --metrics-listen ADDR  serve OpenMetrics at http://ADDR/metrics (off by default;
@@ -67,6 +69,7 @@ struct Args {
     control_group: Option<u32>,
     metrics_listen: Option<std::net::SocketAddr>,
     backend: loader::Backend,
+    max_streams: usize,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
@@ -78,6 +81,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         control_group: None,
         metrics_listen: None,
         backend: loader::Backend::Auto,
+        max_streams: writebehindd::streams::MAX_HELD,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -95,6 +99,14 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--policy" => a.files.push(value("a file")?.into()),
             "--control" => a.control = value("a socket path")?.into(),
             "--backend" => a.backend = value("auto, fentry or tracepoint")?.parse()?,
+            "--max-streams" => {
+                let v = value("a number")?;
+                a.max_streams = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("--max-streams {v:?}: not a positive number"))?;
+            }
             "--metrics-listen" => {
                 let v = value("an address like 127.0.0.1:9477")?;
                 a.metrics_listen = Some(v.parse().map_err(|e| format!("--metrics-listen {v:?}: {e}"))?);
@@ -185,8 +197,8 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
         let _in_runtime = rt.enter();
         (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?, signal(SignalKind::hangup())?)
     };
-    // Held files (one per stream), flush-time handles, clients.
-    let want = writebehindd::streams::MAX_HELD as u64 + 1024;
+    // A held file and a pidfd per stream, flush-time handles, clients.
+    let want = 2 * args.max_streams as u64 + 1024;
     let nofile = writebehindd::sys::raise_nofile(want);
     if nofile < want {
         tracing::warn!(nofile, want, "RLIMIT_NOFILE is low: streams beyond it are left to the kernel");
@@ -228,7 +240,7 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
         backend: loaded.backend.clone(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().into(),
     };
-    let mut table = StreamTable::new(counters.clone(), Devices::new(root, Some(devices), pacer));
+    let mut table = StreamTable::new(counters.clone(), Devices::new(root, Some(devices), pacer), args.max_streams);
     rt.block_on(async {
         let _server = server;
         if let Some(l) = metrics_listener {

@@ -24,8 +24,9 @@ const BATCH_FILES: usize = 1024;
 pub const BATCH_AGE: Duration = Duration::from_millis(100);
 /// A multi-file writer with no closed file for this long is reported ended.
 const WRITER_IDLE: Duration = Duration::from_secs(5);
-/// Files held open at most (one per stream; main raises RLIMIT_NOFILE above
-/// it).  Beyond it new streams are left to the kernel, counted as over_cap.
+/// Streams at most by default (`--max-streams`), each holding its file and
+/// the writer's pidfd (main raises RLIMIT_NOFILE above twice this).  Beyond it new streams are left to
+/// the kernel, counted as over_cap.
 pub const MAX_HELD: usize = 8192;
 
 /// A stream is one process writing one file.  Not keyed by descriptor: the
@@ -76,6 +77,8 @@ pub struct StreamTable {
     devices: Devices,
     counters: Arc<Counters>,
     next_id: u64,
+    /// At most this many streams (held files).
+    max_held: usize,
     /// The held-files cap was logged (again once the table has drained).
     over_cap_logged: bool,
 }
@@ -97,7 +100,7 @@ fn closed_file(key: StreamKey, ev: &wb_event) -> ClosedFile {
 }
 
 impl StreamTable {
-    pub fn new(counters: Arc<Counters>, devices: Devices) -> Self {
+    pub fn new(counters: Arc<Counters>, devices: Devices, max_held: usize) -> Self {
         Self {
             streams: HashMap::new(),
             pending: HashMap::new(),
@@ -106,6 +109,7 @@ impl StreamTable {
             devices,
             counters,
             next_id: 0,
+            max_held,
             over_cap_logged: false,
         }
     }
@@ -132,10 +136,10 @@ impl StreamTable {
 
     fn span(&mut self, key: StreamKey, ev: &wb_event) {
         let dev = self.devices.note(ev);
-        if !self.streams.contains_key(&key) && self.streams.len() >= MAX_HELD {
+        if !self.streams.contains_key(&key) && self.streams.len() >= self.max_held {
             self.counters.error(ErrorKind::OverCap);
             if !std::mem::replace(&mut self.over_cap_logged, true) {
-                tracing::warn!(max = MAX_HELD, "too many streams: new ones are left to the kernel");
+                tracing::warn!(max = self.max_held, "too many streams: new ones are left to the kernel");
             }
             return;
         }
@@ -267,7 +271,7 @@ impl StreamTable {
     }
 
     fn ended(&mut self, key: StreamKey, s: Stream, tail: u64, why: &str) {
-        if self.streams.len() < MAX_HELD / 2 {
+        if self.streams.len() < self.max_held / 2 {
             self.over_cap_logged = false;
         }
         let secs = s.started.elapsed().as_secs_f64();
