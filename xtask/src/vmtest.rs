@@ -241,7 +241,12 @@ pub fn main(args: &[String]) -> Result<()> {
         .arg("-initrd")
         .arg(&initrd)
         .arg("-append")
-        .arg(format!("console=ttyS0 quiet panic=-1 wbrun={} wbkernel={tree}", script.display()))
+        .arg(format!(
+            "console=ttyS0 quiet panic=-1 wbrun={} wbkernel={tree} wbkeep={}:{}",
+            script.display(),
+            std::env::current_dir()?.display(),
+            p.dir.parent().expect("target/vmtest").display()
+        ))
         .args(["-virtfs", "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap"])
         .arg("-drive")
         .arg(format!("file={},if=virtio,format=raw,cache=unsafe", scratch.display()))
