@@ -13,14 +13,20 @@ use wb_tests::*;
 /// alone, not on measured bandwidth or timing.
 const POLICY: &str = "window = \"8MiB\"\nburst = \"4MiB\"\nquiet = \"30s\"\npacing = false\n";
 
-/// Whether this kernel lets the daemon load its fentry backend.
+/// Whether this kernel lets the daemon load its fentry backend.  Where it
+/// does not, forcing it is refused with the program, the kernel's errno and
+/// the way out.
 fn fentry_loads() -> Result<bool> {
     match Daemon::start_with_args(&["--backend", "fentry"]) {
         Ok(d) => {
             d.stop()?;
             Ok(true)
         }
-        Err(e) if format!("{e:#}").contains("cannot load on this kernel") => Ok(false),
+        Err(e) if format!("{e:#}").contains("cannot load on this kernel") => {
+            let e = format!("{e:#}");
+            assert!(e.contains("fexit/vfs_write") && e.contains("os error") && e.contains("--backend auto"), "{e}");
+            Ok(false)
+        }
         Err(e) => Err(e),
     }
 }

@@ -188,3 +188,41 @@ fn install_and_uninstall_under_a_root() -> Result<()> {
     assert!(!dir.0.join("usr/local/bin/wbctl").exists() && !dir.0.join("etc/writebehindd").exists());
     Ok(())
 }
+
+/// An unprivileged writer gets write-behind of its own streaming file and
+/// nothing else: every event the daemon acted on names that file.
+#[test]
+fn an_unprivileged_writer_moves_only_its_own_file() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let dir = fs.path("nobody");
+    std::fs::create_dir(&dir)?;
+    run(Command::new("chown").arg("65534:65534").arg(&dir))?;
+    let daemon = Daemon::start_traced("window = \"8MiB\"\nburst = \"4MiB\"\n", &[])?;
+    let file = dir.join("own");
+    // setpriv execs dd: the child's pid is the writer's.
+    let mut dd = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "dd",
+            "if=/dev/zero",
+            "bs=1M",
+            "count=64",
+            "status=none",
+        ])
+        .arg(format!("of={}", file.display()))
+        .spawn()?;
+    let pid = dd.id();
+    assert!(dd.wait()?.success());
+    std::thread::sleep(Duration::from_millis(300));
+    let log = daemon.stop()?;
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(&file)?.ino();
+    let events: Vec<&str> =
+        log.lines().filter(|l| l.contains(" event ") && l.contains(&format!(" pid={pid} "))).collect();
+    assert!(events.len() >= 7, "the unprivileged stream was not flushed:\n{log}");
+    assert!(events.iter().all(|l| l.contains(&format!(" ino={ino} "))), "an event for another file:\n{log}");
+    Ok(())
+}

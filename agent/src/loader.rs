@@ -132,7 +132,9 @@ impl Loaded {
             for &(prog, tp) in SYSCALL_HOOKS {
                 let p: &mut TracePoint = me.program(prog)?;
                 p.load().with_context(|| format!("loading {prog}"))?;
-                p.attach("syscalls", tp).with_context(|| format!("attaching {prog} to syscalls/{tp}"))?;
+                p.attach("syscalls", tp).with_context(|| {
+                    format!("attaching {prog} to syscalls/{tp} (needs a kernel with CONFIG_FTRACE_SYSCALLS)")
+                })?;
             }
         }
         let mut btf_hooks = vec![PROCESS_EXIT];
@@ -142,7 +144,7 @@ impl Loaded {
         for (prog, tp) in btf_hooks {
             let p: &mut BtfTracePoint = me.program(prog)?;
             p.load(tp, &btf).with_context(|| format!("loading {prog}"))?;
-            p.attach().with_context(|| format!("attaching {prog} to tp_btf/{tp}"))?;
+            p.attach().with_context(|| format!("attaching {prog} to tp_btf/{tp} (needs CONFIG_DEBUG_INFO_BTF)"))?;
         }
         Ok(me)
     }
