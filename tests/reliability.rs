@@ -240,14 +240,6 @@ fn status_kib(pid: u32, key: &str) -> u64 {
     s.lines().find_map(|l| l.strip_prefix(key)?.trim().trim_end_matches(" kB").parse().ok()).unwrap_or(0)
 }
 
-/// `key=N` from the daemon's "stopping" line.
-fn stopped(log: &str, key: &str) -> u64 {
-    log.lines()
-        .filter(|l| l.contains("stopping"))
-        .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok()))
-        .unwrap_or_else(|| panic!("no {key} in the stopping line:\n{log}"))
-}
-
 /// 1,000 concurrent streaming writers, then a tar x of 100,000 small files:
 /// every event is handled or counted as dropped, and the agent's held files,
 /// memory and CPU stay bounded.
@@ -285,7 +277,7 @@ fn a_thousand_writers_and_100k_files_stay_bounded() -> Result<()> {
     let cpu = cpu_secs(pid)? - cpu0;
     let rss_kib = status_kib(pid, "VmHWM:");
     let log = daemon.stop()?;
-    let (events, drops) = (stopped(&log, "events"), stopped(&log, "rb_drops"));
+    let (events, drops) = (stopped_counter(&log, "events"), stopped_counter(&log, "rb_drops"));
     let over_cap = log.contains("over_cap");
     println!(
         "{writers} writers in {writers_secs:.1} s (peak {fds} fds open in the agent); tar x of {files} files in \

@@ -39,12 +39,7 @@ fn measured(fs: &Mounted, src: &Path, write: impl Fn(&Path, &Path) -> Result<()>
 }
 
 fn spans_flushed(log: &str) -> u64 {
-    log.lines()
-        .filter(|l| l.contains("stopping"))
-        .find_map(|l| l.split("spans_flushed=").nth(1))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no counters in the daemon log:\n{log}"))
+    stopped_counter(log, "spans_flushed")
 }
 
 #[test]

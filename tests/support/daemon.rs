@@ -216,3 +216,11 @@ impl Drop for Daemon {
         }
     }
 }
+
+/// A counter from the "stopping" line a daemon log ends with (`key=N`).
+pub fn stopped_counter(log: &str, key: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("stopping"))
+        .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok()))
+        .unwrap_or_else(|| panic!("no {key} in the stopping line:\n{log}"))
+}
