@@ -90,20 +90,12 @@ w = bytes(range(256)) * 4096          # 1 MiB, a recognisable pattern
 def stream(fd, mib):
     for _ in range(mib): os.write(fd, w)
 innocent = []
-# Deleted mid-stream.
-fd = os.open(d + "/deleted", os.O_WRONLY | os.O_CREAT); stream(fd, 20)
-os.unlink(d + "/deleted"); stream(fd, 20); os.close(fd)
 # Renamed mid-stream: the data must end up under the new name.
 fd = os.open(d + "/renamed", os.O_WRONLY | os.O_CREAT); stream(fd, 20)
 os.rename(d + "/renamed", d + "/renamed2"); stream(fd, 20); os.close(fd)
 # Truncated mid-stream, then rewritten from 0.
 fd = os.open(d + "/truncated", os.O_WRONLY | os.O_CREAT); stream(fd, 20)
 os.ftruncate(fd, 0); os.lseek(fd, 0, 0); stream(fd, 12); os.close(fd)
-# Replaced (rename over it) mid-stream: the replacement is not the stream.
-fd = os.open(d + "/replaced", os.O_WRONLY | os.O_CREAT); stream(fd, 20)
-with open(d + "/new", "wb") as f: f.write(b"replacement\n")
-innocent.append(os.stat(d + "/new").st_ino)
-os.rename(d + "/new", d + "/replaced"); stream(fd, 20); os.close(fd)
 # The same fd number reused right after a window was crossed.
 for i in range(20):
     fd = os.open(d + "/reused%d" % i, os.O_WRONLY | os.O_CREAT); stream(fd, 9)
@@ -112,6 +104,16 @@ for i in range(20):
     assert fd2 == fd
     innocent.append(os.fstat(fd2).st_ino)
     os.write(fd2, b"x" * 1000); time.sleep(0.02); os.close(fd2)
+# Last, the two that free an inode: a small file made after them could get
+# its number, and their own events would then name it.
+# Replaced (rename over it) mid-stream: the replacement is not the stream.
+fd = os.open(d + "/replaced", os.O_WRONLY | os.O_CREAT); stream(fd, 20)
+with open(d + "/new", "wb") as f: f.write(b"replacement\n")
+innocent.append(os.stat(d + "/new").st_ino)
+os.rename(d + "/new", d + "/replaced"); stream(fd, 20); os.close(fd)
+# Deleted mid-stream.
+fd = os.open(d + "/deleted", os.O_WRONLY | os.O_CREAT); stream(fd, 20)
+os.unlink(d + "/deleted"); stream(fd, 20); os.close(fd)
 print(" ".join(map(str, innocent)))
 "#
     );
