@@ -155,7 +155,7 @@ static __always_inline struct file *current_fd_file(__u32 fd)
 }
 
 /* The fentry hooks see a struct file, not a descriptor; the agent reaches a
- * streaming writer's file through its fd (pidfd_getfd).  Found by scanning
+ * streaming writer's file through its fd (/proc/<pid>/fd/<fd>).  Found by scanning
  * the fd table, once per window, not per write.  Beyond FD_SCAN descriptors
  * the event carries -1 and the agent opens the inode by handle instead. */
 #define FD_SCAN 4096

@@ -75,12 +75,33 @@ static __always_inline void wrote(__s32 fd, __s64 pos, long ret)
 	stream_write(task_fd_file(task, fd), fd, pos, ret);
 }
 
-/* Which write syscalls this hook reports (the rest come from fentry). */
-static __always_inline bool sys_exit_reports(__u32 which)
+/* Whether this hook reports syscall nr: a write syscall of a class in
+ * wb_config.sys_exit_writes (all of them unless fentry covers some). */
+static __always_inline bool sys_exit_reports(long nr)
 {
-	struct wb_config *cfg = wb_cfg();
+	struct wb_config *cfg;
+	__u32 class;
 
-	return cfg && (cfg->sys_exit_writes & which);
+	switch (nr) {
+	case NR_write:
+	case NR_pwrite64:
+		class = WB_SC_WRITE;
+		break;
+	case NR_writev:
+	case NR_pwritev:
+	case NR_pwritev2:
+		class = WB_SC_VECTORED;
+		break;
+	case NR_sendfile:
+	case NR_copy_file_range:
+	case NR_splice:
+		class = WB_SC_SPLICE;
+		break;
+	default:
+		return false;	/* not a write: no map lookup on this path */
+	}
+	cfg = wb_cfg();
+	return cfg && (cfg->sys_exit_writes & class);
 }
 
 /* copy_file_range/splice: the offset pointer (advanced past the copy by the
@@ -99,37 +120,25 @@ int BPF_PROG(wb_sys_exit, struct pt_regs *regs, long ret)
 {
 	long nr = regs->orig_ax;
 
-	if (ret <= 0 || nr > NR_pwritev2)
+	if (ret <= 0 || nr > NR_pwritev2 || !sys_exit_reports(nr))
 		return 0;
 	switch (nr) {
 	case NR_write:
-		if (sys_exit_reports(WB_SC_WRITE))
-			wrote(regs->di, -1, ret);
+	case NR_writev:
+	case NR_sendfile:
+		wrote(regs->di, -1, ret);
 		break;
 	case NR_pwrite64:
-		if (sys_exit_reports(WB_SC_WRITE))
-			wrote(regs->di, regs->r10, ret);
-		break;
-	case NR_writev:
-		if (sys_exit_reports(WB_SC_VECTORED))
-			wrote(regs->di, -1, ret);
-		break;
 	case NR_pwritev:
-		if (sys_exit_reports(WB_SC_VECTORED))
-			wrote(regs->di, regs->r10, ret);
+		wrote(regs->di, regs->r10, ret);
 		break;
 	case NR_pwritev2:
-		if (sys_exit_reports(WB_SC_VECTORED) && !(regs->r9 & RWF_NO_CACHE))
+		if (!(regs->r9 & RWF_NO_CACHE))
 			wrote(regs->di, (__s64)regs->r10 < 0 ? -1 : (__s64)regs->r10, ret);
-		break;
-	case NR_sendfile:
-		if (sys_exit_reports(WB_SC_SPLICE))
-			wrote(regs->di, -1, ret);
 		break;
 	case NR_copy_file_range:
 	case NR_splice:
-		if (sys_exit_reports(WB_SC_SPLICE))
-			wrote_at_ptr(regs->dx, regs->r10, ret);
+		wrote_at_ptr(regs->dx, regs->r10, ret);
 		break;
 	}
 	return 0;

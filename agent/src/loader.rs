@@ -75,10 +75,8 @@ pub struct Loaded {
     ebpf: Ebpf,
     _tracefs: TracefsMount,
     /// What is attached, for logs and `wbctl status`: "fentry",
-    /// "tracepoint", or "fentry+sys_exit(writev)" where a function was missing.
+    /// "tracepoint", or "fentry+sys_exit(vfs_writev)" where a function was missing.
     pub backend: String,
-    /// Which write syscalls wb_sys_exit reports (wb_config.sys_exit_writes).
-    pub sys_exit_writes: u32,
 }
 
 /// Refuses early, with the reason, what would otherwise fail obscurely.
@@ -104,31 +102,33 @@ impl Loaded {
         let btf = Btf::from_sys_fs().context("reading kernel BTF from /sys/kernel/btf/vmlinux")?;
         let ebpf =
             EbpfLoader::new().btf(Some(&btf)).load(BPF_OBJECT).context("loading the BPF object into the kernel")?;
-        let mut me = Self { ebpf, _tracefs: tracefs, backend: String::new(), sys_exit_writes: 0 };
+        let mut me = Self { ebpf, _tracefs: tracefs, backend: String::new() };
 
+        // (the backend's name, the write syscalls left to wb_sys_exit)
         let fentry = match backend {
             Backend::Tracepoint => None,
-            _ => Some(me.load_fentry(&btf)),
+            _ => match me.load_fentry(&btf) {
+                Ok(attached) => Some(attached),
+                Err(e) if backend == Backend::Auto => {
+                    let reason = format!("{e:#}");
+                    tracing::info!(
+                        reason = %reason.lines().next().unwrap_or(""),
+                        "fentry refused; using syscall tracepoints"
+                    );
+                    None
+                }
+                Err(e) => {
+                    return Err(e.context(
+                        "the fentry backend (--backend fentry) cannot load on this kernel; \
+                         --backend auto falls back to syscall tracepoints",
+                    ));
+                }
+            },
         };
-        match fentry {
-            None => me.sys_exit_writes = WB_SC_ALL,
-            Some(Ok(missing)) => me.sys_exit_writes = missing,
-            Some(Err(e)) if backend == Backend::Auto => {
-                tracing::info!(reason = %format!("{e:#}").lines().next().unwrap_or(""), "fentry refused; using syscall tracepoints");
-                me.sys_exit_writes = WB_SC_ALL;
-            }
-            Some(Err(e)) => {
-                return Err(e.context(
-                    "the fentry backend (--backend fentry) cannot load on this kernel; \
-                     --backend auto falls back to syscall tracepoints",
-                ));
-            }
-        }
         // The configuration first: wb_sys_exit reads which syscalls are its own.
-        cfg.sys_exit_writes = me.sys_exit_writes;
+        cfg.sys_exit_writes = fentry.as_ref().map_or(WB_SC_ALL, |f| f.1);
         me.set_config(cfg)?;
-        if me.backend.is_empty() {
-            me.backend = "tracepoint".into();
+        if fentry.is_none() {
             for &(prog, tp) in SYSCALL_HOOKS {
                 let p: &mut TracePoint = me.program(prog)?;
                 p.load().with_context(|| format!("loading {prog}"))?;
@@ -137,8 +137,9 @@ impl Loaded {
                 })?;
             }
         }
+        me.backend = fentry.map_or_else(|| "tracepoint".into(), |f| f.0);
         let mut btf_hooks = vec![PROCESS_EXIT];
-        if me.sys_exit_writes != 0 {
+        if cfg.sys_exit_writes != 0 {
             btf_hooks.push(SYS_EXIT);
         }
         for (prog, tp) in btf_hooks {
@@ -149,9 +150,10 @@ impl Loaded {
         Ok(me)
     }
 
-    /// Loads and attaches the fentry hooks; returns the write syscalls left
-    /// to sys_exit.  On failure nothing of it stays attached.
-    fn load_fentry(&mut self, btf: &Btf) -> Result<u32> {
+    /// Loads and attaches the fentry hooks; returns the backend's name and
+    /// the write syscalls left to sys_exit.  On failure nothing of it stays
+    /// attached.
+    fn load_fentry(&mut self, btf: &Btf) -> Result<(String, u32)> {
         let mut missing = 0;
         let mut loaded = Vec::new();
         let mut gaps = Vec::new();
@@ -193,8 +195,8 @@ impl Loaded {
             }
             return Err(e);
         }
-        self.backend = if gaps.is_empty() { "fentry".into() } else { format!("fentry+sys_exit({})", gaps.join(",")) };
-        Ok(missing)
+        let name = if gaps.is_empty() { "fentry".into() } else { format!("fentry+sys_exit({})", gaps.join(",")) };
+        Ok((name, missing))
     }
 
     /// A program of the object, as the type its section says it is.

@@ -13,7 +13,8 @@ pub const SOCKET: &str = "/run/writebehindd/control.sock";
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Status {
     pub version: String,
-    /// Which hook layer is attached ("tracepoint").
+    /// Which hook layer is attached: "fentry", "tracepoint", or
+    /// "fentry+sys_exit(...)" (loader.rs).
     pub backend: String,
     pub kernel: String,
     pub uptime_s: f64,

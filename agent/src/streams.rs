@@ -25,8 +25,8 @@ pub const BATCH_AGE: Duration = Duration::from_millis(100);
 /// A multi-file writer with no closed file for this long is reported ended.
 const WRITER_IDLE: Duration = Duration::from_secs(5);
 /// Streams at most by default (`--max-streams`), each holding its file and
-/// the writer's pidfd (main raises RLIMIT_NOFILE above twice this).  Beyond it new streams are left to
-/// the kernel, counted as over_cap.
+/// the writer's pidfd (main raises RLIMIT_NOFILE above twice this).  Beyond
+/// it new streams are left to the kernel, counted as over_cap.
 pub const MAX_HELD: usize = 8192;
 
 /// A stream is one process writing one file.  Not keyed by descriptor: the
@@ -77,7 +77,7 @@ pub struct StreamTable {
     devices: Devices,
     counters: Arc<Counters>,
     next_id: u64,
-    /// At most this many streams (held files).
+    /// At most this many streams.
     max_held: usize,
     /// The held-files cap was logged (again once the table has drained).
     over_cap_logged: bool,
@@ -136,14 +136,14 @@ impl StreamTable {
 
     fn span(&mut self, key: StreamKey, ev: &wb_event) {
         let dev = self.devices.note(ev);
-        if !self.streams.contains_key(&key) && self.streams.len() >= self.max_held {
-            self.counters.error(ErrorKind::OverCap);
-            if !std::mem::replace(&mut self.over_cap_logged, true) {
-                tracing::warn!(max = self.max_held, "too many streams: new ones are left to the kernel");
-            }
-            return;
-        }
         if !self.streams.contains_key(&key) {
+            if self.streams.len() >= self.max_held {
+                self.counters.error(ErrorKind::OverCap);
+                if !std::mem::replace(&mut self.over_cap_logged, true) {
+                    tracing::warn!(max = self.max_held, "too many streams: new ones are left to the kernel");
+                }
+                return;
+            }
             // fd -1: the fentry backend found no descriptor for the file.
             let opened =
                 if ev.fd < 0 { Err(ErrorKind::FileGone) } else { sys::open_writer_file(key.tgid, ev.fd, key.file) };

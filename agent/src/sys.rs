@@ -159,6 +159,23 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Raises the soft RLIMIT_NOFILE to `want` (within the hard limit): the
+/// agent holds a file and a pidfd per stream.  Returns the soft limit now
+/// in force.
+pub fn raise_nofile(want: u64) -> u64 {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return 0;
+    }
+    if r.rlim_cur < want {
+        let new = libc::rlimit { rlim_cur: want.min(r.rlim_max), rlim_max: r.rlim_max };
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } == 0 {
+            return new.rlim_cur;
+        }
+    }
+    r.rlim_cur
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,20 +191,4 @@ mod tests {
     fn mountinfo_has_the_root() {
         assert!(mounts().iter().any(|m| m.mount_point == "/" && !m.fstype.is_empty()));
     }
-}
-
-/// Raises the soft RLIMIT_NOFILE to `want` (within the hard limit): the
-/// agent holds one file per stream.  Returns the soft limit now in force.
-pub fn raise_nofile(want: u64) -> u64 {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
-        return 0;
-    }
-    if r.rlim_cur < want {
-        let new = libc::rlimit { rlim_cur: want.min(r.rlim_max), rlim_max: r.rlim_max };
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } == 0 {
-            return new.rlim_cur;
-        }
-    }
-    r.rlim_cur
 }
