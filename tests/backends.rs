@@ -55,11 +55,6 @@ struct Decision {
     end: u64,
 }
 
-/// `key=value` of a log line.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-}
-
 /// Writes through every covered path: write (dd), pwrite and writev
 /// (python), a multi-file writer (tar x), cp -r; then the decisions the
 /// daemon logged for the files it made, by path.
@@ -90,11 +85,12 @@ os.close(fd)'"
         .collect();
     let mut out = BTreeSet::new();
     for line in log.lines().filter(|l| l.contains(" event ")) {
-        let num = |k: &str| field(line, k).and_then(|v| v.parse::<u64>().ok()).with_context(|| format!("{k}: {line}"));
+        let num =
+            |k: &str| log_field(line, k).and_then(|v| v.parse::<u64>().ok()).with_context(|| format!("{k}: {line}"));
         let Some(file) = names.get(&num("ino")?) else { continue };
         out.insert(Decision {
             file: file.clone(),
-            kind: field(line, "kind").unwrap_or("").to_owned(),
+            kind: log_field(line, "kind").unwrap_or("").to_owned(),
             start: num("start")?,
             end: num("end")?,
         });

@@ -71,8 +71,7 @@ fn v2_root() -> Result<PathBuf> {
 /// (spans, bytes) of the stream the daemon logged for `pid`, if any.
 fn stream_of(log: &str, pid: u32) -> Option<(u64, u64)> {
     let line = log.lines().find(|l| l.contains("stream ended") && l.contains(&format!("pid={pid} ")))?;
-    let field = |k: &str| line.split(&format!(" {k}=")).nth(1)?.split_whitespace().next()?.parse().ok();
-    Some((field("spans")?, field("bytes")?))
+    Some((log_field(line, "spans")?.parse().ok()?, log_field(line, "bytes")?.parse().ok()?))
 }
 
 /// Spans the daemon logged for the stream of `pid`, once it has ended.

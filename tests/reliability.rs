@@ -36,16 +36,13 @@ fn killed_daemon_loses_nothing_and_restarts_onto_running_streams() -> Result<()>
     let src = shm.0.join("src");
     random_file(&src, scaled(256) * MIB, 9)?;
     let dst = fs.path("stream");
-    let daemon = Daemon::start_with_policy(POLICY)?;
+    let mut daemon = Daemon::start_with_policy(POLICY)?;
     // About 8 s of writing at 32 MiB/s (scaled: the same time, less data).
     let rate = scaled(32);
     let mut writer =
         Command::new("sh").arg("-c").arg(format!("pv -qL {rate}m < {} > {}", src.display(), dst.display())).spawn()?;
-    let mut daemon = Some(daemon);
-    wait_until("the first stream", Duration::from_secs(10), || {
-        Ok(daemon.as_ref().unwrap().log_text().contains("stream started"))
-    })?;
-    daemon.take().unwrap().kill()?;
+    daemon.wait_log("stream started", Duration::from_secs(10))?;
+    daemon.kill()?;
     // Nothing pinned: with the process gone, its programs go too.
     wait_until("programs unloaded after SIGKILL", Duration::from_secs(5), || Ok(!wb_programs_loaded()?))?;
 
@@ -65,10 +62,7 @@ fn killed_daemon_loses_nothing_and_restarts_onto_running_streams() -> Result<()>
 fn events(log: &str) -> Vec<(String, u64)> {
     log.lines()
         .filter(|l| l.contains(" event "))
-        .filter_map(|l| {
-            let f = |k: &str| l.split_whitespace().find_map(|w| w.strip_prefix(k)?.strip_prefix('=').map(String::from));
-            Some((f("kind")?, f("ino")?.parse().ok()?))
-        })
+        .filter_map(|l| Some((log_field(l, "kind")?.to_owned(), log_field(l, "ino")?.parse().ok()?)))
         .collect()
 }
 
@@ -173,14 +167,14 @@ fn failing_and_full_filesystems_are_survived() -> Result<()> {
     let xfs = Mounted::new(LoopDevice::new(scaled(1024).max(320))?, "xfs")?;
     let small = Mounted::new(LoopDevice::new(64)?, "ext4")?;
     let other = Mounted::new(LoopDevice::new(scaled(1024).max(320))?, "ext4")?;
-    let daemon = Daemon::start_with_policy(POLICY)?;
+    let mut daemon = Daemon::start_with_policy(POLICY)?;
 
     // EIO: shut xfs down while a writer streams into it.
     let mut writer = Command::new("sh")
         .arg("-c")
         .arg(format!("pv -qL 40m < /dev/zero | head -c {} > {}", scaled(400) * MIB, xfs.path("f").display()))
         .spawn()?;
-    wait_until("the xfs stream", Duration::from_secs(10), || Ok(daemon.log_text().contains("stream started")))?;
+    daemon.wait_log("stream started", Duration::from_secs(10))?;
     run(Command::new("xfs_io").args(["-x", "-c", "shutdown"]).arg(&xfs.dir))?;
     let _ = writer.wait()?; // fails with EIO, or finishes into the cache
     // ENOSPC: a writer fills a 64 MiB filesystem.

@@ -12,6 +12,20 @@ use anyhow::{Result, bail};
 
 use super::{Scratch, bin_dir};
 
+/// How a test starts the daemon; every field has a default.
+#[derive(Default)]
+struct Launch<'a> {
+    /// A command the daemon runs under (setpriv ... --).
+    wrapper: &'a [&'a str],
+    /// Default: the binary this workspace built.
+    exe: Option<&'a Path>,
+    /// A policy file's text, given after the (empty) policy directory.
+    policy: Option<&'a str>,
+    args: &'a [&'a str],
+    /// RUST_LOG; default WB_TEST_LOG or "info".
+    log_filter: Option<&'a str>,
+}
+
 pub struct Daemon {
     child: Child,
     log: PathBuf,
@@ -21,59 +35,48 @@ pub struct Daemon {
 impl Daemon {
     /// Starts the daemon this workspace built and waits until it is attached.
     pub fn start() -> Result<Self> {
-        Self::start_exe(&bin_dir().join("writebehindd"), None)
+        Self::spawn(Launch::default())
     }
 
     /// A given binary, with a policy file of the given text if any.
     pub fn start_exe(exe: &Path, policy: Option<&str>) -> Result<Self> {
-        Self::spawn(exe, policy, &[])
+        Self::spawn(Launch { exe: Some(exe), policy, ..Launch::default() })
     }
 
     /// A given binary with arguments.
     pub fn start_exe_with_args(exe: &Path, args: &[&str]) -> Result<Self> {
-        Self::spawn(exe, None, args)
+        Self::spawn(Launch { exe: Some(exe), args, ..Launch::default() })
     }
 
     /// With more command-line arguments.
     pub fn start_with_args(args: &[&str]) -> Result<Self> {
-        Self::spawn(&bin_dir().join("writebehindd"), None, args)
+        Self::spawn(Launch { args, ..Launch::default() })
     }
 
     /// With a policy file of the given text instead of the embedded default.
     pub fn start_with_policy(policy: &str) -> Result<Self> {
-        Self::spawn(&bin_dir().join("writebehindd"), Some(policy), &[])
+        Self::spawn(Launch { policy: Some(policy), ..Launch::default() })
     }
 
     /// With a policy and arguments, logging every event it receives.
     pub fn start_traced(policy: &str, args: &[&str]) -> Result<Self> {
-        Self::spawn_logging(
-            &bin_dir().join("writebehindd"),
-            Some(policy),
+        Self::spawn(Launch {
+            policy: Some(policy),
             args,
-            Some("info,writebehindd::streams=debug"),
-        )
+            log_filter: Some("info,writebehindd::streams=debug"),
+            ..Launch::default()
+        })
     }
 
     /// Run through `wrapper` (e.g. setpriv with its options, ending in --).
     pub fn start_wrapped(wrapper: &[&str], policy: Option<&str>) -> Result<Self> {
-        Self::spawn_with(wrapper, &bin_dir().join("writebehindd"), policy, &[], None)
+        Self::spawn(Launch { wrapper, policy, ..Launch::default() })
     }
 
-    fn spawn(exe: &Path, policy: Option<&str>, args: &[&str]) -> Result<Self> {
-        Self::spawn_logging(exe, policy, args, None)
-    }
-
-    fn spawn_logging(exe: &Path, policy: Option<&str>, args: &[&str], log_filter: Option<&str>) -> Result<Self> {
-        Self::spawn_with(&[], exe, policy, args, log_filter)
-    }
-
-    fn spawn_with(
-        wrapper: &[&str],
-        exe: &Path,
-        policy: Option<&str>,
-        args: &[&str],
-        log_filter: Option<&str>,
-    ) -> Result<Self> {
+    fn spawn(l: Launch) -> Result<Self> {
+        let Launch { wrapper, exe, policy, args, log_filter } = l;
+        let default_exe = bin_dir().join("writebehindd");
+        let exe = exe.unwrap_or(&default_exe);
         if !exe.exists() {
             bail!("{} is not built: run `cargo xtask test`, which builds it first", exe.display());
         }
@@ -217,10 +220,15 @@ impl Drop for Daemon {
     }
 }
 
+/// The value of `key=value` in a daemon log line.
+pub fn log_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
 /// A counter from the "stopping" line a daemon log ends with (`key=N`).
 pub fn stopped_counter(log: &str, key: &str) -> u64 {
     log.lines()
         .filter(|l| l.contains("stopping"))
-        .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok()))
+        .find_map(|l| log_field(l, key)?.parse().ok())
         .unwrap_or_else(|| panic!("no {key} in the stopping line:\n{log}"))
 }

@@ -13,7 +13,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-pub use daemon::{Daemon, stopped_counter};
+pub use daemon::{Daemon, log_field, stopped_counter};
 pub use device::{LoopDevice, Mounted};
 pub use knob::Knob;
 pub use sampler::{Peak, Sample, Sampler};
