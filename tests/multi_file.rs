@@ -91,10 +91,12 @@ fn streaming_held(fstypes: &[&str], src: &Source, dst: &str, work: &str, device_
         );
         // btrfs flushes many small files itself (measured: tar x of 20,000
         // files peaks at ~42 MiB without the daemon), so only ext4 and xfs
-        // show what the daemon prevents.
+        // show what the daemon prevents. Without the daemon the peak varies
+        // from run to run (1488–2403 MiB for cp -r of 3.2 GiB): the test
+        // needs only that it lies clearly above the bound.
         if fstype != "btrfs" {
             assert!(
-                default.dirty > 3 * bound,
+                default.dirty > bound + bound / 2,
                 "{fstype}: without the daemon dirty stayed at {} MiB: the test shows nothing",
                 default.dirty / MIB
             );
