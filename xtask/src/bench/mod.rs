@@ -18,7 +18,8 @@ use scenarios::{Ctx, Sizes};
 
 const USAGE: &str = "\
 usage: cargo xtask bench [--quick | --smoke] [--only SCENARIOS] [--modes MODES]
-                         [--fs FSTYPES] [--rates MIBPS] [--runs N] [--out DIR]
+                         [--fs FSTYPES] [--rates MIBPS] [--writers N,...]
+                         [--runs N] [--out DIR]
 
 Runs each scenario once per mode and run, on a loop device whose writes are
 capped by the root blkio cgroup, and prints a table per scenario (median and
@@ -29,6 +30,7 @@ min–max). Writes results.json and one SVG plot per copy group to --out
              tempfile, overhead
   modes:     default, global, strict, linus, dontcache, writebehindd, and
              writebehindd:KEY=VALUE+... (policy keys, e.g. window_seconds=0.25)
+  --writers  concurrent dd writers in multi (default 1,10,30)
   --quick    ext4 at 100 MiB/s, 1 run, reduced sizes (about 6 minutes)
   --smoke    tiny sizes: checks the harness itself (about 2 minutes; run by CI)
   full       ext4 and xfs at 100 MiB/s plus the 30 MiB/s USB-stick copy, 3 runs
@@ -123,6 +125,9 @@ fn parse(args: &[String]) -> Result<Plan> {
             }
             "--fs" => plan.fs = val()?.split(',').map(str::to_owned).collect(),
             "--rates" => plan.rates = val()?.split(',').map(|r| r.parse()).collect::<Result<_, _>>()?,
+            "--writers" => {
+                plan.sizes.multi_writers = val()?.split(',').map(|n| n.parse()).collect::<Result<_, _>>()?
+            }
             "--runs" => plan.runs = val()?.parse()?,
             "--out" => plan.out = PathBuf::from(val()?),
             "-h" | "--help" => {
