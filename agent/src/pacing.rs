@@ -86,20 +86,34 @@ impl Pacer {
         };
         // Journal first: a crash between the writes must not lose the
         // administrator's values.
-        let placeholder = Entry { original: original.clone(), ours: original.clone() };
-        let first = self.paced.insert(bdi.to_owned(), placeholder).is_none();
+        let first = !self.paced.contains_key(bdi);
         if first {
+            self.paced.insert(bdi.to_owned(), Entry { original: original.clone(), ours: original.clone() });
             self.save_journal()?;
         }
-        write_knob(&self.knob(bdi, "max_bytes"), &budget.to_string())?;
-        write_knob(&self.knob(bdi, "strict_limit"), "1")?;
+        let wrote = self.write_cap(bdi, budget);
+        // Succeeded or not, what the knobs hold now is the agent's doing:
+        // release compares against it (keeping the entry of an earlier
+        // value here made a refused re-pace look like the administrator's
+        // hand, and strict_limit stayed set).
         let ours = self.read(bdi)?;
         self.paced.insert(bdi.to_owned(), Entry { original, ours });
         self.save_journal()?;
+        wrote?;
         if first {
             tracing::info!(bdi, budget, "pacing on: bdi strict_limit with max_bytes");
         }
         Ok(true)
+    }
+
+    fn write_cap(&self, bdi: &str, budget: u64) -> Result<()> {
+        if write_knob(&self.knob(bdi, "max_bytes"), &budget.to_string()).is_err() {
+            // The kernel refuses a max_bytes above the system's dirty limit
+            // (EINVAL; 1000 streams ask for that much): the largest cap it
+            // has is all of that limit.
+            write_knob(&self.knob(bdi, "max_ratio_fine"), "1000000")?;
+        }
+        write_knob(&self.knob(bdi, "strict_limit"), "1")
     }
 
     /// Puts the administrator's values back on `bdi`.
@@ -295,6 +309,24 @@ mod tests {
         p.release_all();
         assert_eq!(fs_.get("max_ratio_fine"), "500000");
         assert_eq!(fs_.get("strict_limit"), "1");
+        assert!(!fs_.dir.join("journal").exists());
+    }
+
+    #[test]
+    fn a_refused_budget_caps_at_the_whole_limit_and_is_still_restored() {
+        let fs_ = FakeSysfs::new("refused");
+        let mut p = fs_.pacer();
+        assert!(p.pace("7:0", 100 << 20).unwrap());
+        assert!(p.pace("7:0", 200 << 20).unwrap());
+        // The kernel refusing max_bytes (EINVAL above the dirty limit):
+        // here, writing it fails because it is a directory.
+        fs::remove_file(fs_.dir.join("7:0/max_bytes")).unwrap();
+        fs::create_dir(fs_.dir.join("7:0/max_bytes")).unwrap();
+        assert!(p.pace("7:0", 4 << 30).unwrap());
+        assert_eq!(fs_.get("max_ratio_fine"), "1000000");
+        assert_eq!(fs_.get("strict_limit"), "1");
+        p.release("7:0");
+        assert_eq!(fs_.get("strict_limit"), "0");
         assert!(!fs_.dir.join("journal").exists());
     }
 
