@@ -5,37 +5,11 @@
 
 use std::{
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use wb_tests::*;
-
-struct BdiKnobs {
-    dir: String,
-}
-
-impl BdiKnobs {
-    fn get(&self, name: &str) -> String {
-        knob::read(&format!("{}/{name}", self.dir)).unwrap()
-    }
-
-    /// (max_ratio_fine, strict_limit)
-    fn values(&self) -> (String, String) {
-        (self.get("max_ratio_fine"), self.get("strict_limit"))
-    }
-
-    fn wait_for(&self, strict: &str, what: &str) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.get("strict_limit") != strict {
-            if Instant::now() > deadline {
-                bail!("{what}: strict_limit still {} after 10 s", self.get("strict_limit"));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
-    }
-}
 
 /// A streaming writer that lasts a while: 1.5 GiB at 150 MiB/s.
 fn writer(fs: &Mounted) -> Result<Child> {
@@ -51,7 +25,7 @@ fn writer(fs: &Mounted) -> Result<Child> {
 fn bdi_limits_are_set_while_streaming_and_restored() -> Result<()> {
     require_root();
     let fs = Mounted::new(LoopDevice::new(2048)?, "ext4")?;
-    let knobs = BdiKnobs { dir: format!("/sys/class/bdi/{}", fs.bdi()?) };
+    let knobs = BdiKnobs::of(&fs)?;
     // Whatever happens below, the test leaves these as it found them.
     let original = knobs.values();
     let _guards = [

@@ -251,11 +251,8 @@ fn a_thousand_writers_and_100k_files_stay_bounded() -> Result<()> {
     sh(&format!("tar -cf {} -C {} t", tarball.display(), shm.0.display()))?;
     // The pacing budget grows with the writers (1,000 ask for 2 GiB, near
     // the system's dirty limit): whatever it set, the device's knobs go back.
-    let bdi_dir = format!("/sys/class/bdi/{}", fs.bdi()?);
-    let bdi_knobs = || -> Result<(String, String)> {
-        Ok((knob::read(&format!("{bdi_dir}/max_ratio_fine"))?, knob::read(&format!("{bdi_dir}/strict_limit"))?))
-    };
-    let knobs_before = bdi_knobs()?;
+    let knobs = BdiKnobs::of(&fs)?;
+    let knobs_before = knobs.values();
     // 1 MiB windows and burst: each writer's 3 MiB makes spans and a close.
     let daemon = Daemon::start_with_policy("window = \"1MiB\"\nburst = \"1MiB\"\nquiet = \"30s\"\n")?;
     let pid = daemon.pid();
@@ -280,7 +277,7 @@ fn a_thousand_writers_and_100k_files_stay_bounded() -> Result<()> {
     let cpu = cpu_secs(pid)? - cpu0;
     let rss_kib = status_kib(pid, "VmHWM:");
     let log = daemon.stop()?;
-    assert_eq!(bdi_knobs()?, knobs_before, "the device's max_ratio_fine, strict_limit were not restored\n{log}");
+    assert_eq!(knobs.values(), knobs_before, "the device's max_ratio_fine, strict_limit were not restored\n{log}");
     let (events, drops) = (stopped_counter(&log, "events"), stopped_counter(&log, "rb_drops"));
     let over_cap = log.contains("over_cap");
     println!(

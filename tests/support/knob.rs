@@ -10,9 +10,12 @@ use std::{
     io::Write,
     path::{Path, PathBuf},
     sync::Mutex,
+    time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+
+use crate::Mounted;
 
 const JOURNAL_DIR: &str = "/run/wb-testbed";
 const JOURNAL: &str = "/run/wb-testbed/knobs";
@@ -66,6 +69,38 @@ impl Drop for Knob {
             return;
         }
         journal_remove(&self.restore_path, &self.restore_value);
+    }
+}
+
+/// The pacing knobs of a filesystem's bdi, as the daemon sets them.
+pub struct BdiKnobs {
+    pub dir: String,
+}
+
+impl BdiKnobs {
+    pub fn of(fs: &Mounted) -> Result<Self> {
+        Ok(Self { dir: format!("/sys/class/bdi/{}", fs.bdi()?) })
+    }
+
+    pub fn get(&self, name: &str) -> String {
+        read(&format!("{}/{name}", self.dir)).unwrap()
+    }
+
+    /// (max_ratio_fine, strict_limit)
+    pub fn values(&self) -> (String, String) {
+        (self.get("max_ratio_fine"), self.get("strict_limit"))
+    }
+
+    /// Waits up to 10 s for strict_limit to read `strict`.
+    pub fn wait_for(&self, strict: &str, what: &str) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.get("strict_limit") != strict {
+            if Instant::now() > deadline {
+                bail!("{what}: strict_limit still {} after 10 s", self.get("strict_limit"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
     }
 }
 

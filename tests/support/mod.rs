@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 
 pub use daemon::{Daemon, log_field, stopped_counter};
 pub use device::{LoopDevice, Mounted};
-pub use knob::Knob;
+pub use knob::{BdiKnobs, Knob};
 pub use sampler::{Peak, Sample, Sampler};
 
 pub const MIB: u64 = 1 << 20;
