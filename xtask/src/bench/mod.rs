@@ -125,9 +125,7 @@ fn parse(args: &[String]) -> Result<Plan> {
             }
             "--fs" => plan.fs = val()?.split(',').map(str::to_owned).collect(),
             "--rates" => plan.rates = val()?.split(',').map(|r| r.parse()).collect::<Result<_, _>>()?,
-            "--writers" => {
-                plan.sizes.multi_writers = val()?.split(',').map(|n| n.parse()).collect::<Result<_, _>>()?
-            }
+            "--writers" => plan.sizes.multi_writers = val()?.split(',').map(|n| n.parse()).collect::<Result<_, _>>()?,
             "--runs" => plan.runs = val()?.parse()?,
             "--out" => plan.out = PathBuf::from(val()?),
             "-h" | "--help" => {
