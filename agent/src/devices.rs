@@ -172,6 +172,7 @@ impl Devices {
         let pacing = self.policy.pacing && !(self.on_battery && self.policy.on_battery == OnBattery::Off);
         let fixed = self.initial_window();
         let in_flight = self.policy.in_flight_seconds;
+        let stream_dirty = self.policy.stream_dirty.0;
         let Some(dev) = self.devs.get_mut(bdi) else {
             return;
         };
@@ -193,7 +194,7 @@ impl Devices {
         let busy = streams > 0 || dev.last_event.elapsed() < LINGER;
         if pacing && busy {
             let dirty_seconds = sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds);
-            let budget = bandwidth::dirty_budget(bw, dirty_seconds, window, streams);
+            let budget = bandwidth::dirty_budget(bw, dirty_seconds, stream_dirty, window, streams);
             let moved = (budget as f64 - dev.budget as f64).abs() > BUDGET_SLACK * dev.budget as f64;
             if dev.budget == 0 || moved {
                 dev.budget = match self.pacer.pace(bdi, budget) {

@@ -85,6 +85,10 @@ policy_keys! {
     pacing: bool,
     /// The cap: this many seconds of the device's bandwidth.  Device-wide.
     dirty_seconds: f64,
+    /// ...but while several streams share the device, this much for each
+    /// (their files' extents are as long as what is written back of them
+    /// at once).  Device-wide.
+    stream_dirty: Size,
     on_battery: OnBattery,
 }
 
@@ -145,7 +149,7 @@ impl Show for OnBattery {
 
 /// Keys that act on a whole device, not on one cgroup's writers: only the
 /// root policy (a file's top level) may set them.
-pub const DEVICE_WIDE: [&str; 3] = ["in_flight_seconds", "pacing", "dirty_seconds"];
+pub const DEVICE_WIDE: [&str; 4] = ["in_flight_seconds", "pacing", "dirty_seconds", "stream_dirty"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -3,7 +3,7 @@
 //! Owned by the intake task alone, so it needs no lock.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     os::fd::OwnedFd,
     sync::Arc,
     time::{Duration, Instant},
@@ -242,8 +242,13 @@ impl StreamTable {
             }
             !idle
         });
+        // Concurrent streams per device: each file being streamed, and each
+        // multi-file writer not streaming a file there already (cp -r
+        // writing one big file is one stream, not two).
         let mut active: HashMap<String, u64> = HashMap::new();
-        for bdi in self.streams.values().map(|s| &s.bdi).chain(self.writers.values().map(|w| &w.bdi)) {
+        let streaming: HashSet<(&str, u32)> = self.streams.iter().map(|(k, s)| (s.bdi.as_str(), k.tgid)).collect();
+        let writers = self.writers.iter().filter(|(pid, w)| !streaming.contains(&(w.bdi.as_str(), **pid)));
+        for bdi in self.streams.values().map(|s| &s.bdi).chain(writers.map(|(_, w)| &w.bdi)) {
             *active.entry(bdi.clone()).or_default() += 1;
         }
         self.devices.tick(&active, on_battery);
