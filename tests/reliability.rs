@@ -252,7 +252,7 @@ fn a_thousand_writers_and_100k_files_stay_bounded() -> Result<()> {
     random_tree(&shm.0.join("t"), files, 512, 2048, 13)?;
     let tarball = shm.0.join("t.tar");
     sh(&format!("tar -cf {} -C {} t", tarball.display(), shm.0.display()))?;
-    // The pacing budget grows with the writers (1,000 ask for 2 GiB, near
+    // The pacing budget grows with the writers (1,000 ask for 32 GiB, above
     // the system's dirty limit): whatever it set, the device's knobs go back.
     let knobs = BdiKnobs::of(&fs)?;
     let knobs_before = knobs.values();

@@ -109,8 +109,9 @@ impl Pacer {
     fn write_cap(&self, bdi: &str, budget: u64) -> Result<()> {
         if write_knob(&self.knob(bdi, "max_bytes"), &budget.to_string()).is_err() {
             // The kernel refuses a max_bytes above the system's dirty limit
-            // (EINVAL; the limit falls as memory fills, and 1,000 streams'
-            // windows ask for 2 GiB): the largest cap it has is all of it.
+            // (EINVAL; the limit falls as memory fills, and 1,000 streams
+            // ask for 32 GiB at stream_dirty each): the largest cap it has
+            // is all of it.
             write_knob(&self.knob(bdi, "max_ratio_fine"), "1000000")?;
         }
         write_knob(&self.knob(bdi, "strict_limit"), "1")

@@ -246,10 +246,15 @@ impl StreamTable {
         // multi-file writer not streaming a file there already (cp -r
         // writing one big file is one stream, not two).
         let mut active: HashMap<String, u64> = HashMap::new();
-        let streaming: HashSet<(&str, u32)> = self.streams.iter().map(|(k, s)| (s.bdi.as_str(), k.tgid)).collect();
-        let writers = self.writers.iter().filter(|(pid, w)| !streaming.contains(&(w.bdi.as_str(), **pid)));
-        for bdi in self.streams.values().map(|s| &s.bdi).chain(writers.map(|(_, w)| &w.bdi)) {
-            *active.entry(bdi.clone()).or_default() += 1;
+        let mut streaming: HashSet<(&str, u32)> = HashSet::new();
+        for (key, s) in &self.streams {
+            *active.entry(s.bdi.clone()).or_default() += 1;
+            streaming.insert((&s.bdi, key.tgid));
+        }
+        for (pid, w) in &self.writers {
+            if !streaming.contains(&(w.bdi.as_str(), *pid)) {
+                *active.entry(w.bdi.clone()).or_default() += 1;
+            }
         }
         self.devices.tick(&active, on_battery);
     }
