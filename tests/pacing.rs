@@ -1,24 +1,61 @@
 //! Pacing through the bdi's own dirty limits (issue 5): set while a streaming
 //! writer is active, the administrator's values back afterwards — after a
-//! clean stop, and after kill -9 at the next start — and hands off once an
-//! administrator changes them.
+//! clean stop, and after kill -9 at the next start or by `writebehindd
+//! --restore` — and hands off once an administrator changes them.  One
+//! instance at a time: a second one, or `--restore`, refuses while one runs.
 
 use std::{
-    process::{Child, Command, Stdio},
+    os::unix::process::CommandExt,
+    path::Path,
+    process::{Child, Command, ExitStatus, Stdio},
     time::Duration,
 };
 
 use anyhow::Result;
-use wb_tests::*;
+use wb_tests::{daemon::run_writebehindd, *};
+use writebehindd::pacing::JOURNAL;
 
-/// A streaming writer that lasts a while: 1.5 GiB at 150 MiB/s.
-fn writer(fs: &Mounted) -> Result<Child> {
-    let dst = fs.path("stream");
-    Ok(Command::new("sh")
-        .arg("-c")
-        .arg(format!("head -c 1536M /dev/zero | pv -qL 150m > {}", dst.display()))
-        .stdin(Stdio::null())
-        .spawn()?)
+/// A streaming writer: `size` (head -c's syntax) of zeros at 150 MiB/s, in a
+/// process group of its own so that dropping it stops the whole pipeline.
+struct Writer(Child);
+
+impl Writer {
+    fn start(fs: &Mounted, size: &str) -> Result<Self> {
+        let dst = fs.path("stream");
+        Ok(Self(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("head -c {size} /dev/zero | pv -qL 150m > {}", dst.display()))
+                .stdin(Stdio::null())
+                .process_group(0)
+                .spawn()?,
+        ))
+    }
+
+    fn wait(&mut self) -> Result<ExitStatus> {
+        Ok(self.0.wait()?)
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Whatever happens in a test, it leaves the device's pacing knobs as it
+/// found them: their values, and the guards that put them back.
+fn keep(knobs: &BdiKnobs) -> Result<((String, String), [Knob; 2])> {
+    let original = knobs.values();
+    let guards = [
+        Knob::set(&format!("{}/max_ratio_fine", knobs.dir), &original.0)?,
+        Knob::set(&format!("{}/strict_limit", knobs.dir), &original.1)?,
+    ];
+    println!("  original max_ratio_fine={} strict_limit={}", original.0, original.1);
+    Ok((original, guards))
 }
 
 #[test]
@@ -26,17 +63,11 @@ fn bdi_limits_are_set_while_streaming_and_restored() -> Result<()> {
     require_root();
     let fs = Mounted::new(LoopDevice::new(2048)?, "ext4")?;
     let knobs = BdiKnobs::of(&fs)?;
-    // Whatever happens below, the test leaves these as it found them.
-    let original = knobs.values();
-    let _guards = [
-        Knob::set(&format!("{}/max_ratio_fine", knobs.dir), &original.0)?,
-        Knob::set(&format!("{}/strict_limit", knobs.dir), &original.1)?,
-    ];
-    println!("  original max_ratio_fine={} strict_limit={}", original.0, original.1);
+    let (original, _guards) = keep(&knobs)?;
 
     // Set while streaming, restored by a clean stop (the writer still runs).
     let daemon = Daemon::start()?;
-    let mut w = writer(&fs)?;
+    let mut w = Writer::start(&fs, "1536M")?;
     knobs.wait_for("1", "while streaming")?;
     println!("  paced: max_bytes={}", knobs.get("max_bytes"));
     let log = daemon.stop()?;
@@ -46,7 +77,7 @@ fn bdi_limits_are_set_while_streaming_and_restored() -> Result<()> {
 
     // kill -9 leaves them set; the next start puts them back.
     let daemon = Daemon::start()?;
-    let mut w = writer(&fs)?;
+    let mut w = Writer::start(&fs, "1536M")?;
     knobs.wait_for("1", "second run")?;
     daemon.kill()?;
     w.wait()?;
@@ -58,7 +89,7 @@ fn bdi_limits_are_set_while_streaming_and_restored() -> Result<()> {
 
     // An administrator's change wins: the daemon stops pacing and leaves it.
     let daemon = Daemon::start()?;
-    let mut w = writer(&fs)?;
+    let mut w = Writer::start(&fs, "1536M")?;
     knobs.wait_for("1", "third run")?;
     std::fs::write(format!("{}/strict_limit", knobs.dir), "0")?;
     std::thread::sleep(Duration::from_millis(1500));
@@ -67,5 +98,68 @@ fn bdi_limits_are_set_while_streaming_and_restored() -> Result<()> {
     w.wait()?;
     assert!(log.contains("changed by someone else"), "{log}");
     assert_eq!(knobs.get("strict_limit"), "0", "nor restore over the administrator at exit");
+    Ok(())
+}
+
+/// A second instance started by mistake, and `--restore` while a daemon
+/// runs, refuse at once, naming the running one, and touch nothing: the
+/// first keeps pacing (it would step aside had its knobs been put back
+/// under it) and restores the administrator's values when it stops.
+#[test]
+fn a_second_instance_and_restore_refuse_while_one_runs() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(2048)?, "ext4")?;
+    let knobs = BdiKnobs::of(&fs)?;
+    let (original, _guards) = keep(&knobs)?;
+    let daemon = Daemon::start()?;
+    let _w = Writer::start(&fs, "1536M")?;
+    knobs.wait_for("1", "while streaming")?;
+
+    // Like the test daemon, never the host's policies or control socket.
+    let scratch = Scratch::new("second")?;
+    let (dir, sock) = (scratch.0.display().to_string(), scratch.0.join("control.sock").display().to_string());
+    for args in [vec!["--policy-dir", &dir, "--control", &sock], vec!["--restore"]] {
+        let (status, out) = run_writebehindd(&args, Duration::from_secs(5))?;
+        println!("  writebehindd {args:?}: {status}: {}", out.trim());
+        assert!(!status.success(), "{args:?} ran beside a running daemon:\n{out}");
+        assert!(out.contains("already running") && out.contains(&daemon.pid().to_string()), "{out}");
+        assert_eq!(knobs.get("strict_limit"), "1", "{args:?} touched the running daemon's knobs:\n{out}");
+        assert!(Path::new(JOURNAL).exists(), "{args:?} removed the running daemon's journal:\n{out}");
+    }
+    // The first one still paces: a knob put back under it would have made
+    // it step aside at its next look.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(knobs.get("strict_limit"), "1");
+    let log = daemon.stop()?;
+    assert!(!log.contains("changed by someone else"), "{log}");
+    assert_eq!(knobs.values(), original, "the first daemon restores at its stop:\n{log}");
+    Ok(())
+}
+
+/// After kill -9 (systemd's SIGKILL at its stop timeout), `writebehindd
+/// --restore` puts the administrator's values back and removes the journal;
+/// with nothing journaled (after a clean stop) it does nothing, successfully.
+#[test]
+fn restore_after_kill_puts_the_values_back() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(2048)?, "ext4")?;
+    let knobs = BdiKnobs::of(&fs)?;
+    let (original, _guards) = keep(&knobs)?;
+    let daemon = Daemon::start()?;
+    let _w = Writer::start(&fs, "1536M")?;
+    knobs.wait_for("1", "while streaming")?;
+    let log = daemon.kill()?;
+    assert_eq!(knobs.get("strict_limit"), "1", "a killed daemon cannot restore:\n{log}");
+    assert!(Path::new(JOURNAL).exists(), "a killed pacing daemon leaves its journal:\n{log}");
+
+    let (status, out) = run_writebehindd(&["--restore"], Duration::from_secs(5))?;
+    println!("  --restore: {}", out.trim());
+    assert!(status.success(), "--restore failed ({status}):\n{out}");
+    assert_eq!(knobs.values(), original, "--restore puts the values back:\n{out}");
+    assert!(!Path::new(JOURNAL).exists(), "--restore leaves no journal:\n{out}");
+
+    let (status, out) = run_writebehindd(&["--restore"], Duration::from_secs(5))?;
+    assert!(status.success() && out.contains("nothing to restore"), "{status}:\n{out}");
+    assert_eq!(knobs.values(), original);
     Ok(())
 }

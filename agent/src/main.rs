@@ -1,5 +1,7 @@
 //! writebehindd: the daemon.  Runs in the foreground; SIGINT/SIGTERM detach
-//! everything and exit.
+//! everything and exit.  One instance at a time (instance.rs).
+
+mod instance;
 
 use std::{
     io::IsTerminal,
@@ -10,6 +12,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
+use instance::Instance;
 use tokio::signal::unix::{SignalKind, signal};
 use writebehindd::{
     abi::{wb_config, wb_stat},
@@ -38,6 +41,7 @@ fn group_id(g: &str) -> Option<u32> {
 const USAGE: &str = "\
 usage: writebehindd [--policy-dir DIR] [--policy FILE]... [--backend KIND] [--max-streams N] [--help] [--version]
        writebehindd --check-policy PATH...
+       writebehindd --restore
 
 Keeps the dirty page cache of streaming writers near a small window by
 starting writeback behind them. Runs in the foreground until SIGINT/SIGTERM;
@@ -49,6 +53,9 @@ stays).
   --policy FILE        one more policy file, applied after the directory
   --check-policy PATH  validate policy files (or directories of them), print
                        the effective policy per match, and exit
+  --restore            put back the bdi limits a killed daemon was pacing with
+                       (journaled in /run/writebehindd/paced-bdis), and exit;
+                       refused while a daemon runs (it restores them itself)
   --backend KIND       auto (default: fentry where the kernel allows it, else
                        syscall tracepoints), fentry or tracepoint
   --max-streams N      streams at most, each holding its file and a pidfd (default 8192);
@@ -65,6 +72,7 @@ struct Args {
     dir: PathBuf,
     files: Vec<PathBuf>,
     check: Option<Vec<PathBuf>>,
+    restore: bool,
     control: PathBuf,
     control_group: Option<u32>,
     metrics_listen: Option<std::net::SocketAddr>,
@@ -77,6 +85,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         dir: POLICY_DIR.into(),
         files: Vec::new(),
         check: None,
+        restore: false,
         control: SOCKET.into(),
         control_group: None,
         metrics_listen: None,
@@ -95,6 +104,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 println!("writebehindd {}", env!("CARGO_PKG_VERSION"));
                 return Ok(None);
             }
+            "--restore" => a.restore = true,
             "--policy-dir" => a.dir = value("a directory")?.into(),
             "--policy" => a.files.push(value("a file")?.into()),
             "--control" => a.control = value("a socket path")?.into(),
@@ -165,11 +175,16 @@ fn main() -> ExitCode {
             }
         };
     }
-    let set = match load_policies(&args.dir, &args.files) {
-        Ok(s) => s,
+    // Before anything reads or writes the journal, the knobs or the programs.
+    let _instance = match Instance::claim(Path::new(instance::LOCK)) {
+        Ok(i) => i,
+        Err(e) if args.restore => {
+            eprintln!("writebehindd --restore: refused: {e:#}; it restores the bdi limits itself when it stops");
+            return ExitCode::FAILURE;
+        }
         Err(e) => {
-            eprintln!("writebehindd: policy: {e:#}");
-            return ExitCode::from(2);
+            eprintln!("writebehindd: not starting a second instance: {e:#}");
+            return ExitCode::FAILURE;
         }
     };
     tracing_subscriber::fmt()
@@ -178,12 +193,33 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
+    if args.restore {
+        restore();
+        return ExitCode::SUCCESS;
+    }
+    let set = match load_policies(&args.dir, &args.files) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("writebehindd: policy: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     match run(set, args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("writebehindd: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--restore`: after a daemon was killed (systemd's SIGKILL at its stop
+/// timeout; the unit's ExecStopPost runs this), the recovery every start
+/// runs, without starting.
+fn restore() {
+    match Pacer::new().recovered() {
+        0 => tracing::info!(journal = writebehindd::pacing::JOURNAL, "nothing to restore"),
+        devices => tracing::info!(devices, "bdi limits a killed daemon left journaled: restored where it had set them"),
     }
 }
 
@@ -203,7 +239,8 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
     if nofile < want {
         tracing::warn!(nofile, want, "RLIMIT_NOFILE is low: streams beyond it are left to the kernel");
     }
-    // Before anything is attached: put back bdi limits a killed run left.
+    // Before anything is attached: put back bdi limits a killed run left
+    // (as --restore does).
     let pacer = Pacer::new();
     let root = set.root().clone();
     let cfg = wb_config { dflt: root.to_bpf(), ..Default::default() };

@@ -45,6 +45,8 @@ pub struct Pacer {
     paced: HashMap<String, Entry>,
     /// Devices whose knobs someone else changed while we paced them.
     hands_off: HashSet<String>,
+    /// Devices a previous run had journaled, found at start.
+    recovered: usize,
 }
 
 impl Pacer {
@@ -55,7 +57,7 @@ impl Pacer {
     }
 
     pub fn with_paths(root: PathBuf, journal: PathBuf) -> Self {
-        let mut me = Self { root, journal, paced: HashMap::new(), hands_off: HashSet::new() };
+        let mut me = Self { root, journal, paced: HashMap::new(), hands_off: HashSet::new(), recovered: 0 };
         me.recover();
         me
     }
@@ -63,6 +65,12 @@ impl Pacer {
     /// Whether the kernel offers per-bdi byte limits for this device.
     pub fn available(&self, bdi: &str) -> bool {
         self.knob(bdi, "max_bytes").exists() && self.knob(bdi, "strict_limit").exists()
+    }
+
+    /// How many devices a previous run had left journaled (restored at
+    /// start unless changed by hand since).
+    pub fn recovered(&self) -> usize {
+        self.recovered
     }
 
     pub fn is_paced(&self, bdi: &str) -> bool {
@@ -172,6 +180,7 @@ impl Pacer {
             let e = Entry { original: v(o_ratio, o_strict), ours: v(w_ratio, w_strict) };
             tracing::info!(bdi, "restoring bdi limits left set by a previous run");
             self.paced.insert(bdi.to_owned(), e);
+            self.recovered += 1;
             self.release(bdi);
         }
         self.paced.clear();

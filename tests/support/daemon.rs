@@ -4,7 +4,7 @@ use std::{
     fs::File,
     io::Read,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command, ExitStatus, Stdio},
     time::{Duration, Instant},
 };
 
@@ -183,6 +183,15 @@ impl Daemon {
         Ok(log)
     }
 
+    /// Waits for the daemon to exit by itself (e.g. killed by a fault
+    /// injected under a wrapper); fails if it still runs after `within`.
+    pub fn wait_exit(&mut self, within: Duration) -> Result<ExitStatus> {
+        match wait_child(&mut self.child, within)? {
+            Some(st) => Ok(st),
+            None => bail!("writebehindd still running after {within:?}:\n{}", self.log_text()),
+        }
+    }
+
     /// SIGKILL: the daemon gets no chance to clean up (a crash).
     pub fn kill(mut self) -> Result<String> {
         self.child.kill()?;
@@ -217,6 +226,45 @@ impl Drop for Daemon {
                 eprintln!("--- writebehindd log ---\n{}", self.log_text());
             }
         }
+    }
+}
+
+/// Runs the built writebehindd with `args` as a command that ends by itself
+/// (`--restore`, a second instance that must refuse); its exit status and
+/// output (stdout and stderr).  Killed, and an error, if it still runs after
+/// `within`.
+pub fn run_writebehindd(args: &[&str], within: Duration) -> Result<(ExitStatus, String)> {
+    let scratch = Scratch::new("run")?;
+    let out = scratch.0.join("out");
+    let mut child = Command::new(bin_dir().join("writebehindd"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(File::create(&out)?)
+        .stderr(File::create(&out)?)
+        .spawn()?;
+    let status = wait_child(&mut child, within)?;
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    match status {
+        Some(st) => Ok((st, text)),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("writebehindd {args:?} still running after {within:?}:\n{text}")
+        }
+    }
+}
+
+/// The child's exit status, or None if it still runs after `within`.
+fn wait_child(child: &mut Child, within: Duration) -> Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok(Some(st));
+        }
+        if Instant::now() > deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
