@@ -17,16 +17,17 @@ fn wbctl(d: &Daemon, args: &[&str]) -> Result<(bool, String)> {
     Ok((out.status.success(), text))
 }
 
-/// As nobody, through setpriv.
 fn wbctl_as_nobody(d: &Daemon, args: &[&str]) -> Result<(bool, String)> {
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(bin_dir().join("wbctl"))
-        .arg("--socket")
-        .arg(d.socket())
-        .args(args)
-        .output()?;
+    let out = as_nobody(bin_dir().join("wbctl")).arg("--socket").arg(d.socket()).args(args).output()?;
     Ok((out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
+/// A directory on `fs` that nobody may write to.
+fn nobodys_dir(fs: &Mounted) -> Result<std::path::PathBuf> {
+    let dir = fs.path("nobody");
+    std::fs::create_dir(&dir)?;
+    run(Command::new("chown").arg("65534:65534").arg(&dir))?;
+    Ok(dir)
 }
 
 fn raw(d: &Daemon, line: &str) -> Result<serde_json::Value> {
@@ -195,23 +196,12 @@ fn install_and_uninstall_under_a_root() -> Result<()> {
 fn an_unprivileged_writer_moves_only_its_own_file() -> Result<()> {
     require_root();
     let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
-    let dir = fs.path("nobody");
-    std::fs::create_dir(&dir)?;
-    run(Command::new("chown").arg("65534:65534").arg(&dir))?;
+    let dir = nobodys_dir(&fs)?;
     let daemon = Daemon::start_traced("window = \"8MiB\"\nburst = \"4MiB\"\n", &[])?;
     let file = dir.join("own");
     // setpriv execs dd: the child's pid is the writer's.
-    let mut dd = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "dd",
-            "if=/dev/zero",
-            "bs=1M",
-            "count=64",
-            "status=none",
-        ])
+    let mut dd = as_nobody("dd")
+        .args(["if=/dev/zero", "bs=1M", "count=64", "status=none"])
         .arg(format!("of={}", file.display()))
         .spawn()?;
     let pid = dd.id();
@@ -225,4 +215,63 @@ fn an_unprivileged_writer_moves_only_its_own_file() -> Result<()> {
     assert!(events.len() >= 7, "the unprivileged stream was not flushed:\n{log}");
     assert!(events.iter().all(|l| l.contains(&format!(" ino={ino} "))), "an event for another file:\n{log}");
     Ok(())
+}
+
+/// A process name an unprivileged user chose reaches root's terminal only
+/// escaped (issue 15, class 6): clear screen, set the window title, an
+/// 8-bit CSI and a newline, 15 bytes, all a comm holds.
+#[test]
+fn hostile_process_names_are_printed_escaped() -> Result<()> {
+    require_root();
+    const COMM: &str = "\x1b[2J\x1b]0;pwn\x07\u{9b}\n";
+    const SHOWN: &str = r"\x1b[2J\x1b]0;pwn\x07\u{9b}\n";
+    let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
+    let file = nobodys_dir(&fs)?.join("stream");
+    let d = Daemon::start_with_policy("burst = \"4MiB\"\n")?;
+    // Names itself (PR_SET_NAME), then streams about 20 MiB/s until killed.
+    let hex: String = COMM.bytes().map(|b| format!("{b:02x}")).collect();
+    let script = format!(
+        "import ctypes, sys, time\n\
+         ctypes.CDLL(None).prctl(15, bytes.fromhex('{hex}'), 0, 0, 0)\n\
+         f = open(sys.argv[1], 'wb', buffering=0)\n\
+         while True:\n    f.write(bytes(1 << 20)); time.sleep(0.05)\n"
+    );
+    let mut writer = as_nobody("/usr/bin/python3").args(["-c", &script]).arg(&file).spawn()?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let text = loop {
+        let out = Command::new(bin_dir().join("wbctl")).arg("--socket").arg(d.socket()).arg("status").output()?;
+        if out.stdout.windows(3).any(|w| w == b"pwn") || std::time::Instant::now() > deadline {
+            break out.stdout;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let json =
+        Command::new(bin_dir().join("wbctl")).arg("--socket").arg(d.socket()).args(["--json", "streams"]).output()?;
+    writer.kill()?;
+    writer.wait()?;
+    d.stop()?;
+
+    let shown = String::from_utf8_lossy(&text);
+    assert!(shown.contains(SHOWN), "the stream's name is not shown escaped:\n{}", shown.escape_debug());
+    for (what, out) in [("status", &text), ("--json streams", &json.stdout)] {
+        assert_eq!(
+            raw_controls(out),
+            Vec::<u8>::new(),
+            "wbctl {what} printed raw control bytes:\n{}",
+            String::from_utf8_lossy(out)
+        );
+    }
+    let streams: serde_json::Value = serde_json::from_slice(&json.stdout)?;
+    assert!(
+        streams.as_array().is_some_and(|a| a.iter().any(|s| s["comm"] == COMM)),
+        "JSON must keep the name:\n{streams}"
+    );
+    Ok(())
+}
+
+/// The control bytes in a program's output, other than its own line ends:
+/// C0, DEL and C1 (U+0080..U+009F, encoded C2 80..C2 9F).
+fn raw_controls(out: &[u8]) -> Vec<u8> {
+    let c1 = out.windows(2).filter(|w| w[0] == 0xc2 && (0x80..0xa0).contains(&w[1])).map(|w| w[1]);
+    out.iter().copied().filter(|&b| (b < 0x20 && b != b'\n') || b == 0x7f).chain(c1).collect()
 }

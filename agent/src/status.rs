@@ -125,3 +125,74 @@ pub fn metrics(s: &Status) -> String {
     out += "# EOF\n";
     out
 }
+
+/// `s` made safe to print on a terminal: process names and cgroup paths
+/// are chosen by unprivileged users, and a raw ESC, newline or C1 control
+/// in them would let a user repaint root's terminal or forge table rows.
+/// Control characters (C0, DEL, C1), bidi overrides and backslash are
+/// escaped (`\x1b`, `\n`, `\u{9b}`, `\\`); everything else is kept.
+pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if unsafe_to_show(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JSON text with the characters serde_json leaves raw but a terminal may
+/// act on (DEL, C1 controls, bidi overrides) written as `\uXXXX` escapes:
+/// they only occur inside strings, so the JSON means the same.
+pub fn printable_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c == '\x7f' || unsafe_to_show(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Non-ASCII characters a terminal acts on instead of showing: C1 controls
+/// (U+0080..U+009F, e.g. CSI), line/paragraph separators and the bidi
+/// embeddings, overrides and isolates that reorder what follows them.
+fn unsafe_to_show(c: char) -> bool {
+    matches!(c, '\u{80}'..='\u{9f}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_escapes_what_a_terminal_would_act_on() {
+        assert_eq!(printable("dd"), "dd");
+        assert_eq!(printable("\x1b]0;pwn\x07"), "\\x1b]0;pwn\\x07");
+        assert_eq!(printable("\x1b[2J"), "\\x1b[2J");
+        assert_eq!(printable("a\nb\tc\rd"), "a\\nb\\tc\\rd");
+        assert_eq!(printable("\0\x7f"), "\\x00\\x7f");
+        assert_eq!(printable("\u{9b}31m"), "\\u{9b}31m");
+        assert_eq!(printable("evil\u{202e}txt.exe"), "evil\\u{202e}txt.exe");
+        // Backslash is escaped too, so "\x1b" typed literally cannot pass for an escape.
+        assert_eq!(printable("\\x1b"), "\\\\x1b");
+        // Printable non-ASCII stays readable (the daemon decodes invalid UTF-8 as U+FFFD).
+        assert_eq!(printable("kopie-ü-日本 \u{fffd}"), "kopie-ü-日本 \u{fffd}");
+    }
+
+    #[test]
+    fn printable_json_keeps_the_meaning() {
+        let raw = "\x1b[2J\x7f\u{9b}\u{202e}ü\n";
+        let json = printable_json(&serde_json::to_string(raw).unwrap());
+        assert!(json.chars().all(|c| !c.is_control() && !unsafe_to_show(c)), "{json}");
+        assert_eq!(serde_json::from_str::<String>(&json).unwrap(), raw);
+    }
+}

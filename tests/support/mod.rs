@@ -39,6 +39,15 @@ pub fn scaled(n: u64) -> u64 {
     (n / scale()).max(1)
 }
 
+/// `program` as nobody (uid and gid 65534, no supplementary groups), the
+/// unprivileged user of the tests.  setpriv execs it: the child's pid is
+/// the program's.
+pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(program);
+    c
+}
+
 /// Runs a command, failing with its stderr when it does not succeed.
 pub fn run(cmd: &mut Command) -> Result<String> {
     let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("spawning {cmd:?}"))?;

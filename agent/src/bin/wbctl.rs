@@ -10,7 +10,9 @@ use std::{
 };
 
 use clap::{CommandFactory, Parser, Subcommand};
-use writebehindd::status::{DeviceStatus, PROTOCOL, Request, Response, SOCKET, Status, StreamStatus};
+use writebehindd::status::{
+    DeviceStatus, PROTOCOL, Request, Response, SOCKET, Status, StreamStatus, printable, printable_json,
+};
 
 #[derive(Parser)]
 #[command(name = "wbctl", version, about = "Query and control the writebehindd daemon")]
@@ -55,7 +57,8 @@ fn main() -> ExitCode {
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("wbctl: {e}");
+            // The daemon's refusals may quote what a user sent it.
+            eprintln!("wbctl: {}", printable(&e));
             ExitCode::FAILURE
         }
     }
@@ -77,7 +80,7 @@ fn run(cli: &Cli) -> Result<(), String> {
     };
     let data = ask(cli, &Request { v: PROTOCOL, cmd: cmd.into(), pid, cgroup })?;
     if cli.json {
-        println!("{}", serde_json::to_string_pretty(&data).unwrap_or_default());
+        println!("{}", printable_json(&serde_json::to_string_pretty(&data).unwrap_or_default()));
         return Ok(());
     }
     let decode = |e: serde_json::Error| format!("unexpected answer from the daemon: {e}");
@@ -86,14 +89,20 @@ fn run(cli: &Cli) -> Result<(), String> {
         Cmd::Streams => print!("{}", streams_text(&serde_json::from_value::<Vec<StreamStatus>>(data).map_err(decode)?)),
         Cmd::Devices => print!("{}", devices_text(&serde_json::from_value::<Vec<DeviceStatus>>(data).map_err(decode)?)),
         Cmd::Policy { .. } => {
-            println!("cgroup {}", data["cgroup"].as_str().unwrap_or("?"));
+            println!("cgroup {}", printable(data["cgroup"].as_str().unwrap_or("?")));
             if let Some(p) = data["policy"].as_object() {
                 for (k, v) in p {
-                    println!("  {k} = {}", v.as_str().unwrap_or("?"));
+                    println!("  {} = {}", printable(k), printable(v.as_str().unwrap_or("?")));
                 }
             }
         }
-        _ => println!("{}", data.as_str().map(str::to_owned).unwrap_or_else(|| data.to_string()).trim_end()),
+        // Metrics and messages: line by line, so only their own newlines stay raw.
+        _ => {
+            let text = data.as_str().map(str::to_owned).unwrap_or_else(|| data.to_string());
+            for line in text.trim_end().lines() {
+                println!("{}", printable(line));
+            }
+        }
     }
     Ok(())
 }
@@ -132,7 +141,7 @@ fn watch(cli: &Cli) -> Result<(), String> {
             if h.len() > 60 {
                 h.remove(0);
             }
-            println!("  {:<10} {} {}", d.bdi, sparkline(h), mib(d.dirty));
+            println!("  {:<10} {} {}", printable(&d.bdi), sparkline(h), mib(d.dirty));
         }
         std::io::stdout().flush().ok();
         std::thread::sleep(Duration::from_secs(1));
@@ -152,20 +161,20 @@ fn mib(b: u64) -> String {
 fn status_text(s: &Status) -> String {
     let mut out = format!(
         "writebehindd {} — backend {}, kernel {}, up {:.0} s{}\npolicies: {}\ncgroups: {}\n\n",
-        s.version,
-        s.backend,
-        s.kernel,
+        printable(&s.version),
+        printable(&s.backend),
+        printable(&s.kernel),
         s.uptime_s,
         if s.on_battery { ", on battery" } else { "" },
-        s.policy_sources.join(", "),
-        s.cgroups
+        printable(&s.policy_sources.join(", ")),
+        printable(&s.cgroups)
     );
     out += &devices_text(&s.devices);
     out += "\n";
     out += &streams_text(&s.streams);
     out += "\ncounters:";
     for (k, v) in s.counters.iter().filter(|(k, v)| **v > 0 || !k.starts_with("error_")) {
-        out += &format!(" {k}={v}");
+        out += &format!(" {}={v}", printable(k));
     }
     out + "\n"
 }
@@ -179,7 +188,7 @@ fn devices_text(d: &[DeviceStatus]) -> String {
         let pacing = if d.paced_budget > 0 { format!("cap {}", mib(d.paced_budget)) } else { "off".into() };
         out += &format!(
             "{:<10} {:>10}/s {:>10} {:>10} {:>10} {:>12}\n",
-            d.bdi,
+            printable(&d.bdi),
             mib(d.bandwidth),
             mib(d.window),
             mib(d.chunk),
@@ -202,13 +211,13 @@ fn streams_text(v: &[StreamStatus]) -> String {
         out += &format!(
             "{:>7} {:<16} {:<10} {:<8} {:>6} {:>12} {:>8}/s  {}\n",
             s.pid,
-            s.comm,
-            s.kind,
-            s.bdi,
+            printable(&s.comm),
+            printable(&s.kind),
+            printable(&s.bdi),
             s.files,
             mib(s.bytes_flushed),
             mib(s.rate() as u64),
-            s.cgroup
+            printable(&s.cgroup)
         );
     }
     if v.is_empty() {
