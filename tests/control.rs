@@ -90,11 +90,12 @@ fn wbctl_shows_a_live_stream_and_guards_state_changes() -> Result<()> {
     let out = py.wait_with_output()?;
     assert!(out.status.success(), "not OpenMetrics:\n{metrics}\n{}", String::from_utf8_lossy(&out.stderr));
 
-    // Nobody may not change state, nor read it (no control group set).
-    let (ok, e) = wbctl_as_nobody(&d, &["reload"])?;
-    assert!(!ok && e.contains("reload needs root"), "{e}");
-    let (ok, e) = wbctl_as_nobody(&d, &["status"])?;
-    assert!(!ok && e.contains("permission denied"), "{e}");
+    // Nobody may not change state, nor read it (no control group set), and
+    // is told how to get access.
+    for cmd in ["reload", "status"] {
+        let (ok, e) = wbctl_as_nobody(&d, &[cmd])?;
+        assert!(!ok && e.contains("permission denied") && e.contains("--control-group"), "{e}");
+    }
     let (ok, _) = wbctl(&d, &["reload"])?;
     assert!(ok, "root may reload");
 
@@ -274,4 +275,59 @@ fn hostile_process_names_are_printed_escaped() -> Result<()> {
 fn raw_controls(out: &[u8]) -> Vec<u8> {
     let c1 = out.windows(2).filter(|w| w[0] == 0xc2 && (0x80..0xa0).contains(&w[1])).map(|w| w[1]);
     out.iter().copied().filter(|&b| (b < 0x20 && b != b'\n') || b == 0x7f).chain(c1).collect()
+}
+
+/// A user who may read (here: nobody, in the control group) and opens 200
+/// connections holds a few client slots, not all of them: root's wbctl
+/// still answers at once.  A user who may not read is turned away at once,
+/// told how to get access (issue 15, class 4).
+#[test]
+fn a_user_holding_connections_does_not_lock_root_out() -> Result<()> {
+    require_root();
+    let d = Daemon::start_with_args(&["--control-group", "65534"])?;
+    let (ok, e) = wbctl_as_nobody(&d, &["status"])?;
+    assert!(ok, "the control group may read: {e}");
+    let (ok, e) = wbctl_as_nobody(&d, &["reload"])?;
+    assert!(!ok && e.contains("reload needs root"), "{e}");
+
+    let script = "import socket, sys, time\n\
+                  held = [socket.socket(socket.AF_UNIX) for _ in range(200)]\n\
+                  for s in held: s.connect(sys.argv[1])\n\
+                  print('held', flush=True)\n\
+                  time.sleep(60)\n";
+    let mut hog = as_nobody("/usr/bin/python3").args(["-c", script]).arg(d.socket()).stdout(Stdio::piped()).spawn()?;
+    let mut line = String::new();
+    BufReader::new(hog.stdout.take().unwrap()).read_line(&mut line)?;
+    assert_eq!(line, "held\n", "the hog could not connect");
+    // Asked while nobody holds its connections; checked once it let go.
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let asked = std::time::Instant::now();
+        answers.push((wbctl(&d, &["status"])?, asked.elapsed()));
+    }
+    let over_share = wbctl_as_nobody(&d, &["status"])?;
+    // Another user, outside the group.
+    let asked = std::time::Instant::now();
+    let outsider = Command::new("setpriv")
+        .args(["--reuid=4242", "--regid=4242", "--clear-groups", "--"])
+        .arg(bin_dir().join("wbctl"))
+        .arg("--socket")
+        .arg(d.socket())
+        .arg("status")
+        .output()?;
+    let refused_in = asked.elapsed();
+    hog.kill()?;
+    hog.wait()?;
+    d.stop()?;
+
+    for ((ok, out), took) in answers {
+        assert!(ok && out.contains("backend"), "root locked out by nobody's connections: {out}");
+        assert!(took < Duration::from_secs(2), "root waited {took:?}");
+    }
+    let (ok, e) = over_share;
+    assert!(!ok && e.contains("too many connections from uid 65534"), "{e}");
+    let e = String::from_utf8_lossy(&outsider.stderr);
+    assert!(!outsider.status.success() && e.contains("members of group nogroup (gid 65534)"), "{e}");
+    assert!(refused_in < Duration::from_secs(2), "refusing took {refused_in:?}");
+    Ok(())
 }

@@ -1,17 +1,22 @@
 //! The control socket: JSON lines over a UNIX socket, one request and one
 //! response per line (status.rs defines both).  Who may ask what is decided
-//! by the peer's credentials (SO_PEERCRED): reading is for root and the
-//! configured group, changing state (reload) for root only.  Each client is
-//! served by its own task with a line limit and timeouts, so a client that
-//! stalls or floods holds only itself up.
+//! by the peer's credentials (SO_PEERCRED), at accept, before the peer is
+//! given anything: reading is for root and the configured group, changing
+//! state (reload) for root only; anyone else is turned away at once, told
+//! how to get access.  Each client is served by its own task with a line
+//! limit and timeouts, so a client that stalls or floods holds only itself
+//! up, and each user holds a few client slots at most, so root always gets in.
 
 use std::{
+    collections::HashMap,
+    io::Write,
+    os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::Duration,
 };
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::{UnixListener, UnixStream},
@@ -25,6 +30,11 @@ use crate::{
 
 const MAX_LINE: u64 = 64 * 1024;
 const MAX_CLIENTS: usize = 32;
+/// Slots one non-root user may hold: wbctl needs one, `watch` plus a few
+/// scripts a handful.
+const PER_USER: usize = 4;
+/// Slots only root may take, however many users the control group has.
+const ROOT_RESERVED: usize = 8;
 const IDLE: Duration = Duration::from_secs(10);
 
 /// What the intake task publishes for the socket to read.
@@ -43,28 +53,126 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds the socket (replacing a stale one), mode 0666: the daemon
-    /// itself decides who may do what.
+    /// Binds the socket (replacing a stale one) in a directory only root
+    /// may change: whoever could replace the socket could pose as the
+    /// daemon to root's wbctl.  Mode 0666: anyone may connect and is told at
+    /// once, in words, whether and how it may ask (a socket owned by the
+    /// control group instead would need CAP_CHOWN, which the unit does not
+    /// grant); the daemon decides by the peer's credentials.
     /// A std listener: bound before the runtime exists, so that a taken
     /// path fails start-up; `serve` hands it to tokio.
     pub fn bind(path: &Path) -> Result<(Self, std::os::unix::net::UnixListener)> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(dir)
+                .with_context(|| format!("creating {}", dir.display()))?;
+            check_dir(dir)?;
         }
         let _ = std::fs::remove_file(path);
         let listener = std::os::unix::net::UnixListener::bind(path)
             .with_context(|| format!("binding the control socket {}", path.display()))?;
         listener.set_nonblocking(true)?;
-        use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
         Ok((Self { path: path.to_owned() }, listener))
     }
+}
+
+/// The socket's directory is root's and nobody else may add or remove
+/// entries in it (a sticky directory like /tmp protects root's entries).
+fn check_dir(dir: &Path) -> Result<()> {
+    let m = std::fs::metadata(dir).with_context(|| format!("checking {}", dir.display()))?;
+    let others_may_replace = m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0;
+    if m.uid() != 0 || others_may_replace {
+        bail!(
+            "the control socket's directory {} must belong to root and not be writable by others \
+             (owner uid {}, mode {:o}): another user could replace the socket",
+            dir.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        );
+    }
+    Ok(())
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// The client slots, counted per user: a non-root user holds PER_USER at
+/// most and all of them together leave ROOT_RESERVED free for root.
+#[derive(Default)]
+struct Slots {
+    held: Mutex<HashMap<u32, usize>>,
+}
+
+/// One client's slot, given back when dropped.
+struct Slot {
+    slots: Arc<Slots>,
+    uid: u32,
+}
+
+impl Slots {
+    fn take(self: &Arc<Self>, uid: u32) -> Option<Slot> {
+        let mut held = self.held.lock().unwrap();
+        let all: usize = held.values().sum();
+        let users = all - held.get(&0).copied().unwrap_or(0);
+        let mine = held.get(&uid).copied().unwrap_or(0);
+        let free = all < MAX_CLIENTS && (uid == 0 || (mine < PER_USER && users < MAX_CLIENTS - ROOT_RESERVED));
+        if !free {
+            return None;
+        }
+        *held.entry(uid).or_default() += 1;
+        Some(Slot { slots: self.clone(), uid })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.slots.held.lock().unwrap();
+        if let Some(n) = held.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// What a peer that may not read is told: who may, and how to get there.
+fn refusal(read_group: Option<u32>) -> String {
+    match read_group {
+        None => "permission denied: only root may use writebehindd's control socket; to let a group read its \
+                 state, start the daemon with --control-group GROUP"
+            .into(),
+        Some(g) => format!(
+            "permission denied: writebehindd answers root and members of group {} (its --control-group); \
+             ask to be added to that group",
+            group_name(g)
+        ),
+    }
+}
+
+/// "name (gid N)", or the number alone when the group has no name.
+fn group_name(gid: u32) -> String {
+    // Called once per refused peer on the runtime's one thread.
+    let gr = unsafe { libc::getgrgid(gid) };
+    if gr.is_null() {
+        return format!("gid {gid}");
+    }
+    let name = unsafe { std::ffi::CStr::from_ptr((*gr).gr_name) }.to_string_lossy();
+    format!("{name} (gid {gid})")
+}
+
+/// Answers a peer that gets no slot with one line and hangs up.  One
+/// non-blocking write: a refused peer gets no task and no time of ours.
+fn turn_away(stream: UnixStream, why: &str) {
+    let Ok(mut stream) = stream.into_std() else { return };
+    let line = serde_json::to_string(&Response::err(why)).unwrap_or_default() + "\n";
+    let _ = stream.write(line.as_bytes());
 }
 
 /// Accepts clients until the listener is dropped.
@@ -78,34 +186,37 @@ pub async fn serve(
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "control socket unusable"),
     };
-    let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
+    let slots = Arc::new(Slots::default());
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            // Too many clients: refuse this one rather than queue it.
-            tokio::spawn(async move {
-                let mut stream = stream;
-                let _ = reply(&mut stream, &Response::err("too many clients; try again")).await;
-            });
+        // Credentials first: a peer that may not read takes no slot.
+        let Ok(cred) = stream.peer_cred() else { continue };
+        let uid = cred.uid();
+        if uid != 0 && !read_group.is_some_and(|g| in_group(cred.pid(), cred.gid(), g)) {
+            turn_away(stream, &refusal(read_group));
+            continue;
+        }
+        let Some(slot) = slots.take(uid) else {
+            let why =
+                format!("too many connections from uid {uid} (at most {PER_USER} per user); close some and retry");
+            turn_away(stream, &why);
             continue;
         };
         let (shared, commands) = (shared.clone(), commands.clone());
         tokio::spawn(async move {
-            let _ = client(stream, shared, commands, read_group).await;
-            drop(permit);
+            let _ = client(stream, uid, shared, commands).await;
+            drop(slot);
         });
     }
 }
 
+/// One admitted client: root or a member of the control group.
 async fn client(
     stream: UnixStream,
+    uid: u32,
     shared: Arc<Mutex<Shared>>,
     commands: mpsc::UnboundedSender<Command>,
-    read_group: Option<u32>,
 ) -> Result<()> {
-    let cred = stream.peer_cred()?;
-    let (uid, pid) = (cred.uid(), cred.pid());
-    let may_read = uid == 0 || read_group.is_some_and(|g| in_group(pid, cred.gid(), g));
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read);
     loop {
@@ -123,7 +234,7 @@ async fn client(
         }
         let response = match parse_request(&line) {
             Err(refusal) => refusal,
-            Ok(r) => answer(&r, uid, may_read, &shared, &commands),
+            Ok(r) => answer(&r, uid, &shared, &commands),
         };
         reply(&mut write, &response).await?;
     }
@@ -140,17 +251,9 @@ pub fn parse_request(line: &str) -> Result<Request, Response> {
     }
 }
 
-fn answer(
-    r: &Request,
-    uid: u32,
-    may_read: bool,
-    shared: &Mutex<Shared>,
-    commands: &mpsc::UnboundedSender<Command>,
-) -> Response {
-    let reading = ["status", "streams", "devices", "policy", "metrics"];
-    if reading.contains(&r.cmd.as_str()) && !may_read {
-        return Response::err("permission denied: reading the daemon's state needs root or its control group");
-    }
+/// The answer to an admitted client's request: reading for all of them,
+/// reload for root.
+fn answer(r: &Request, uid: u32, shared: &Mutex<Shared>, commands: &mpsc::UnboundedSender<Command>) -> Response {
     let s = shared.lock().unwrap();
     match r.cmd.as_str() {
         "status" => Response::ok(json(&s.status)),
@@ -253,5 +356,34 @@ pub async fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Mutex<Sh
             let _ = tokio::time::timeout(IDLE, stream.write_all(response.as_bytes())).await;
             drop(permit);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_user_cannot_take_roots_slots() {
+        let slots = Arc::new(Slots::default());
+        let mine: Vec<Slot> = (0..PER_USER).map_while(|_| slots.take(65534)).collect();
+        assert_eq!(mine.len(), PER_USER);
+        assert!(slots.take(65534).is_none(), "a user beyond its share");
+        // Many users together stop short of root's reserve.
+        let others: Vec<Slot> = (1000..1100).filter_map(|uid| slots.take(uid)).collect();
+        assert_eq!(mine.len() + others.len(), MAX_CLIENTS - ROOT_RESERVED);
+        let root: Vec<Slot> = (0..MAX_CLIENTS).map_while(|_| slots.take(0)).collect();
+        assert_eq!(root.len(), ROOT_RESERVED);
+        // A slot given back is free again, for its user.
+        drop(mine);
+        let again = slots.take(65534);
+        assert!(again.is_some());
+        assert_eq!(slots.held.lock().unwrap().get(&65534), Some(&1));
+    }
+
+    #[test]
+    fn a_refusal_says_how_to_get_access() {
+        assert!(refusal(None).contains("--control-group GROUP"));
+        assert!(refusal(Some(0)).contains("group root (gid 0)"), "{}", refusal(Some(0)));
     }
 }

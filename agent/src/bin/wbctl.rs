@@ -118,9 +118,14 @@ fn ask(cli: &Cli, req: &Request) -> Result<serde_json::Value, String> {
     })?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
     let line = serde_json::to_string(req).map_err(|e| e.to_string())? + "\n";
-    s.write_all(line.as_bytes()).map_err(|e| format!("writing to the daemon: {e}"))?;
+    // A peer the daemon turns away is answered and hung up on before it
+    // may have written: its refusal is still there to read.
+    let written = s.write_all(line.as_bytes());
     let mut answer = String::new();
     BufReader::new(&s).read_line(&mut answer).map_err(|e| format!("reading the daemon's answer: {e}"))?;
+    if answer.is_empty() {
+        written.map_err(|e| format!("writing to the daemon: {e}"))?;
+    }
     let r: Response = serde_json::from_str(&answer).map_err(|e| format!("unexpected answer from the daemon: {e}"))?;
     match r {
         Response { ok: true, data: Some(d), .. } => Ok(d),
