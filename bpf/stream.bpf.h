@@ -57,15 +57,23 @@ struct proc_stream {
 	__u64 last_ns;
 };
 
+/* LRU, not a plain hash: an entry is made at the first write of every
+ * eligible file, and some closes are never seen (O_CLOEXEC files at execve,
+ * io_uring closes).  Any user could also fill a plain hash by keeping 65,536
+ * written files open, and every other writer's files would go untracked.
+ * LRU evicts the least recently written instead; a stream that lost its
+ * entry starts over at its next write. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u64);
 	__type(value, struct file_stream);
 } streams SEC(".maps");
 
+/* LRU for the same reason: one entry per process that streamed, and pids
+ * are cheap to make. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, struct proc_stream);
@@ -102,10 +110,22 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
+#define RB_BYTES (1 << 20)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 20);
+	__uint(max_entries, RB_BYTES);
 } events SEC(".maps");
+
+/* Closes of files that never crossed a window (tar x, cp -r tails) yield to
+ * streams' windows: they may fill at most half the ring.  Any user can make
+ * such closes as fast as it can create files; without this a flood of them
+ * would crowd out every other stream's windows.  A shed close leaves that
+ * file's tail to the kernel, as without the daemon. */
+static __always_inline bool ring_crowded(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > RB_BYTES / 2;
+}
 
 static __always_inline void stat_inc(__u32 idx)
 {
@@ -339,7 +359,7 @@ static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
 	e->generation = BPF_CORE_READ(inode, i_generation);
 	e->fs_magic = BPF_CORE_READ(inode, i_sb, s_magic);
 	e->sb_dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	e->_pad = 0;
+	e->uid = (__u32)bpf_get_current_uid_gid();
 	/* stat(2) on btrfs reports the subvolume's anonymous dev, not s_dev;
 	 * its handles also name the subvolume root. */
 	bi = btrfs_inode_of(inode, e->fs_magic);
@@ -454,8 +474,12 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 		pol = current_policy(cfg);
 		tail = proc_streaming(pol, s->pos - s->mark) && (s->spans || pol->multi_file);
 	}
-	if ((tail || s->spans) && s->ino == BPF_CORE_READ(file, f_inode, i_ino))
-		emit(WB_EV_CLOSE, file, fd, s->ino, s->head, tail ? s->pos : s->head);
+	if ((tail || s->spans) && s->ino == BPF_CORE_READ(file, f_inode, i_ino)) {
+		if (!s->spans && ring_crowded())
+			stat_inc(WB_STAT_CLOSES_SHED);
+		else
+			emit(WB_EV_CLOSE, file, fd, s->ino, s->head, tail ? s->pos : s->head);
+	}
 	bpf_map_delete_elem(&streams, &key);
 }
 

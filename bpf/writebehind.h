@@ -37,7 +37,8 @@ struct wb_event {
 	__u64 fs_root;   /* btrfs: the subvolume's root objectid; else 0 */
 	__u32 sb_dev;    /* the superblock's s_dev, as /proc/self/mountinfo lists it
 	                  * (differs from st_dev on btrfs subvolumes); keys `devices` */
-	__u32 _pad;
+	__u32 uid;       /* the writer's real uid: one user gets at most half
+	                  * of the agent's streams */
 	__u64 bdi_bw_pages; /* the kernel's avg_write_bandwidth of the bdi's root
 	                     * writeback, in pages per second (starts at 100 MB/s
 	                     * before the device was ever measured) */
@@ -112,7 +113,8 @@ struct wb_config {
 enum wb_stat {
 	WB_STAT_RB_DROPS = 0,   /* events lost because the ring buffer was full */
 	WB_STAT_MAP_FULL = 1,   /* writes not tracked because the stream map was full */
-	WB_STAT_MAX = 2,
+	WB_STAT_CLOSES_SHED = 2, /* closes not reported: the ring buffer was half full */
+	WB_STAT_MAX = 3,
 };
 
 #endif /* WRITEBEHIND_H */

@@ -94,6 +94,12 @@ impl Devices {
         self.policy = policy;
     }
 
+    /// After this long without a window, a stream no longer counts as
+    /// writing (the root policy's `quiet`).
+    pub fn quiet(&self) -> Duration {
+        self.policy.quiet.0
+    }
+
     /// The sizing in force (None: fixed windows).
     fn sizing(&self) -> Option<Sizing> {
         self.policy.sizing(self.on_battery)

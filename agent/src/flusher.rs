@@ -19,7 +19,7 @@ use std::{
     collections::{HashMap, HashSet, VecDeque},
     os::fd::{AsRawFd, OwnedFd},
     sync::{
-        Arc,
+        Arc, OnceLock,
         atomic::{AtomicBool, Ordering},
         mpsc,
     },
@@ -33,13 +33,59 @@ use crate::{
     counters::{Counters, ErrorKind},
     devices::DeviceShared,
     handles::{ClosedFile, Handles},
+    sys::FileId,
 };
+
+/// A stream's file.  Opened on the device's thread at its first flush, not
+/// by the intake thread when the stream starts: an open can block (a FUSE
+/// server that never answers, a dead NFS server), and the intake thread also
+/// drains events, serves the socket and pings the watchdog.  Held, read-only,
+/// until the stream ends and its last flush is done.
+#[derive(Debug)]
+pub struct StreamFile {
+    pub pid: u32,
+    pub fd: i32,
+    /// Taken when the stream started: fences pid reuse, tells the writer's exit.
+    pub pidfd: OwnedFd,
+    /// The inode the events were about: reached by handle if the writer's
+    /// fd no longer names it (or never did: fd -1).
+    pub closed: ClosedFile,
+    file: OnceLock<Option<Arc<OwnedFd>>>,
+}
+
+impl StreamFile {
+    pub fn new(pid: u32, fd: i32, pidfd: OwnedFd, closed: ClosedFile) -> Self {
+        Self { pid, fd, pidfd, closed, file: OnceLock::new() }
+    }
+
+    /// The writer's file, opened at the first call; None when the writer had
+    /// moved on by then (the caller reaches the inode by handle).
+    fn open(&self, counters: &Counters) -> Option<Arc<OwnedFd>> {
+        self.file
+            .get_or_init(|| {
+                let expect = FileId { dev: self.closed.st_dev, ino: self.closed.ino };
+                let opened = if self.fd < 0 {
+                    Err(ErrorKind::FileGone)
+                } else {
+                    crate::sys::open_writer_file(self.pid, self.fd, &self.pidfd, expect)
+                };
+                opened
+                    .inspect_err(|&kind| {
+                        counters.error(kind);
+                        tracing::debug!(pid = self.pid, fd = self.fd, error = kind.name(), "stream file not opened");
+                    })
+                    .ok()
+                    .map(Arc::new)
+            })
+            .clone()
+    }
+}
 
 /// The file a flush acts on.
 #[derive(Debug)]
 pub enum Target {
     /// A stream's file, held open (read-only) by the agent.
-    Held(Arc<OwnedFd>),
+    Held(Arc<StreamFile>),
     /// A file its writer already closed: opened by handle when flushed.
     Closed(ClosedFile),
 }
@@ -90,12 +136,25 @@ impl Flushers {
     }
 
     /// Hands every queued span to writeback (without waiting for any) and
-    /// stops the threads: starting writeback is quick, so this is prompt.
-    pub fn shutdown(&mut self) {
+    /// stops the threads: starting writeback is quick, so this is prompt —
+    /// except on a hung device, whose thread may sit in sync_file_range for
+    /// ever.  Such a thread is waited for at most `within`, then left: the
+    /// process exits around it.
+    pub fn shutdown(&mut self, within: std::time::Duration) {
         self.stopping.store(true, Ordering::Relaxed);
-        for (_, (tx, handle)) in self.devices.drain() {
-            drop(tx);
-            let _ = handle.join();
+        let deadline = Instant::now() + within;
+        // Dropping each sender ends its thread once its queue is done.
+        let threads: Vec<(String, JoinHandle<()>)> =
+            self.devices.drain().map(|(bdi, (_sender, handle))| (bdi, handle)).collect();
+        for (bdi, handle) in threads {
+            while !handle.is_finished() && Instant::now() < deadline {
+                thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if handle.is_finished() {
+                let _ = handle.join();
+            } else {
+                tracing::warn!(bdi, "device hung in writeback: its flusher thread is left behind");
+            }
         }
     }
 }
@@ -250,19 +309,11 @@ impl Submitter {
         let mut pending: u64 = 0;
         let mut last = None;
         for job in batch.flushes {
-            let file = match job.target {
-                Target::Held(file) => file,
-                Target::Closed(closed) => match self.handles.open(&closed) {
-                    Ok(file) => {
-                        self.counters.add(&self.counters.closed_files_flushed, 1);
-                        Arc::new(file)
-                    }
-                    Err(kind) => {
-                        self.counters.error(kind);
-                        continue;
-                    }
-                },
+            let file = match &job.target {
+                Target::Held(stream) => stream.open(&self.counters).or_else(|| self.by_handle(&stream.closed)),
+                Target::Closed(closed) => self.by_handle(closed),
             };
+            let Some(file) = file else { continue };
             let id = || crate::sys::fstat(file.as_raw_fd()).map(|st| (st.st_dev, st.st_ino)).unwrap_or_default();
             if !self.failed.is_empty() && self.failed.contains(&id()) {
                 continue;
@@ -300,6 +351,21 @@ impl Submitter {
         if let Some(last) = last {
             self.in_flight(last, pending, since);
             self.wait_until(chunk);
+        }
+    }
+
+    /// A closed file (or a stream's file its writer moved away from),
+    /// opened by handle.
+    fn by_handle(&mut self, closed: &ClosedFile) -> Option<Arc<OwnedFd>> {
+        match self.handles.open(closed) {
+            Ok(file) => {
+                self.counters.add(&self.counters.closed_files_flushed, 1);
+                Some(Arc::new(file))
+            }
+            Err(kind) => {
+                self.counters.error(kind);
+                None
+            }
         }
     }
 

@@ -58,7 +58,7 @@ pub async fn run(
                 cgroups.refresh();
                 ctl.publish(loaded, table, cgroups);
                 crate::sys::notify("WATCHDOG=1");
-                table.reap_exited();
+                table.reap();
                 let drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS);
                 if drops > drops_seen {
                     tracing::warn!(lost = drops - drops_seen, total = drops, "ring buffer full: events lost");
@@ -100,6 +100,7 @@ impl Control {
         let mut counters = self.counters.snapshot();
         counters.insert("ring_buffer_drops".into(), loaded.stat(wb_stat::WB_STAT_RB_DROPS));
         counters.insert("untracked_map_full".into(), loaded.stat(wb_stat::WB_STAT_MAP_FULL));
+        counters.insert("closes_shed".into(), loaded.stat(wb_stat::WB_STAT_CLOSES_SHED));
         let status = Status {
             version: env!("CARGO_PKG_VERSION").into(),
             backend: self.backend.clone(),

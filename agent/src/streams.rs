@@ -4,7 +4,6 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    os::fd::OwnedFd,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -13,7 +12,7 @@ use crate::{
     abi::{EventKind, wb_event},
     counters::{Counters, ErrorKind},
     devices::Devices,
-    flusher::{Batch, Flush, Flushers, Target},
+    flusher::{Batch, Flush, Flushers, StreamFile, Target},
     handles::ClosedFile,
     sys::{self, FileId},
 };
@@ -24,6 +23,9 @@ const BATCH_FILES: usize = 1024;
 pub const BATCH_AGE: Duration = Duration::from_millis(100);
 /// A multi-file writer with no closed file for this long is reported ended.
 const WRITER_IDLE: Duration = Duration::from_secs(5);
+/// How long stopping waits for the flusher threads to hand what is queued
+/// to writeback (they skip the waits then; only a hung device takes longer).
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 /// Streams at most by default (`--max-streams`), each holding its file and
 /// the writer's pidfd (main raises RLIMIT_NOFILE above twice this).  Beyond
 /// it new streams are left to the kernel, counted as over_cap.
@@ -40,15 +42,15 @@ struct StreamKey {
 struct Stream {
     /// Unique among this daemon's streams: its turn in the flusher's rounds.
     id: u64,
-    /// The writer's descriptor when the stream started (for logs).
-    fd: i32,
-    file: Arc<OwnedFd>,
-    pidfd: OwnedFd,
+    file: Arc<StreamFile>,
+    /// The writer's real uid: its share of the streams.
+    uid: u32,
     comm: String,
     bdi: String,
     started: Instant,
     bytes: u64,
     spans: u64,
+    last_span: Instant,
 }
 
 /// Closed files of one writer waiting to be submitted together.
@@ -136,56 +138,79 @@ impl StreamTable {
 
     fn span(&mut self, key: StreamKey, ev: &wb_event) {
         let dev = self.devices.note(ev);
-        if !self.streams.contains_key(&key) {
-            if self.streams.len() >= self.max_held {
-                self.counters.error(ErrorKind::OverCap);
-                if !std::mem::replace(&mut self.over_cap_logged, true) {
-                    tracing::warn!(max = self.max_held, "too many streams: new ones are left to the kernel");
-                }
-                return;
-            }
-            // fd -1: the fentry backend found no descriptor for the file.
-            let opened =
-                if ev.fd < 0 { Err(ErrorKind::FileGone) } else { sys::open_writer_file(key.tgid, ev.fd, key.file) };
-            match opened {
-                Ok((file, pidfd)) => {
-                    let stream = Stream {
-                        id: self.new_stream_id(),
-                        fd: ev.fd,
-                        file: Arc::new(file),
-                        pidfd,
-                        comm: ev.comm(),
-                        bdi: ev.bdi(),
-                        started: Instant::now(),
-                        bytes: 0,
-                        spans: 0,
-                    };
-                    tracing::info!(
-                        pid = key.tgid, comm = %stream.comm, fd = ev.fd, ino = key.file.ino,
-                        bdi = %stream.bdi, "stream started"
-                    );
-                    self.counters.add(&self.counters.streams_started, 1);
-                    self.streams.insert(key, stream);
-                }
-                Err(ErrorKind::FileGone | ErrorKind::IdentityMismatch | ErrorKind::ProcessGone) => {
-                    // The writer moved on (closed the fd, reused it, exited)
-                    // before the agent got there: reach the inode by handle.
-                    let job = flush_of(ev, Target::Closed(closed_file(key, ev)));
-                    self.flushers.submit(&ev.bdi(), &dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
-                    return;
-                }
-                Err(kind) => {
-                    self.counters.error(kind);
-                    tracing::debug!(pid = key.tgid, fd = ev.fd, error = kind.name(), "span skipped");
-                    return;
-                }
-            }
+        if !self.streams.contains_key(&key) && !self.start(key, ev, &dev) {
+            return;
         }
-        let s = self.streams.get_mut(&key).expect("inserted above");
+        let s = self.streams.get_mut(&key).expect("started above");
         s.bytes += ev.end - ev.start;
         s.spans += 1;
+        s.last_span = Instant::now();
         let job = flush_of(ev, Target::Held(s.file.clone()));
         self.flushers.submit(&s.bdi, &dev, Batch { owner: s.id, flushes: vec![job] });
+    }
+
+    /// Starts a stream for the event's writer and file, if the caps allow;
+    /// false when the span was handled otherwise (by handle) or dropped.
+    /// Nothing here opens the file: the device's flusher thread does.
+    fn start(&mut self, key: StreamKey, ev: &wb_event, dev: &Arc<crate::devices::DeviceShared>) -> bool {
+        if let Err(why) = self.room_for(ev.uid) {
+            self.counters.error(ErrorKind::OverCap);
+            if !std::mem::replace(&mut self.over_cap_logged, true) {
+                tracing::warn!(max = self.max_held, uid = ev.uid, "{why}: new ones are left to the kernel");
+            }
+            return false;
+        }
+        // fd -1: the fentry backend found no descriptor for the file.
+        let pidfd =
+            if ev.fd < 0 { Err(ErrorKind::FileGone) } else { sys::pidfd_open(key.tgid).map_err(sys::pidfd_error) };
+        let pidfd = match pidfd {
+            Ok(pidfd) => pidfd,
+            Err(ErrorKind::FileGone | ErrorKind::ProcessGone) => {
+                // The writer moved on before the agent got there: reach the
+                // inode by handle.
+                let job = flush_of(ev, Target::Closed(closed_file(key, ev)));
+                self.flushers.submit(&ev.bdi(), dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
+                return false;
+            }
+            Err(kind) => {
+                self.counters.error(kind);
+                tracing::debug!(pid = key.tgid, fd = ev.fd, error = kind.name(), "span skipped");
+                return false;
+            }
+        };
+        let now = Instant::now();
+        let stream = Stream {
+            id: self.new_stream_id(),
+            file: Arc::new(StreamFile::new(key.tgid, ev.fd, pidfd, closed_file(key, ev))),
+            uid: ev.uid,
+            comm: ev.comm(),
+            bdi: ev.bdi(),
+            started: now,
+            bytes: 0,
+            spans: 0,
+            last_span: now,
+        };
+        tracing::info!(
+            pid = key.tgid, uid = ev.uid, comm = %stream.comm, fd = ev.fd, ino = key.file.ino,
+            bdi = %stream.bdi, "stream started"
+        );
+        self.counters.add(&self.counters.streams_started, 1);
+        self.streams.insert(key, stream);
+        true
+    }
+
+    /// Whether one more stream of user `uid` fits: at most max_held in all,
+    /// and at most half of them one user's, so that one user cannot take
+    /// every slot (and with it every other user's write-behind).
+    fn room_for(&self, uid: u32) -> Result<(), &'static str> {
+        if self.streams.len() >= self.max_held {
+            return Err("too many streams");
+        }
+        let share = (self.max_held / 2).max(1);
+        if self.streams.len() >= share && self.streams.values().filter(|s| s.uid == uid).count() >= share {
+            return Err("one user holds half of the streams");
+        }
+        Ok(())
     }
 
     /// The writer closed the file: hand its tail to writeback.  A stream's
@@ -247,7 +272,11 @@ impl StreamTable {
         // writing one big file is one stream, not two).
         let mut active: HashMap<String, u64> = HashMap::new();
         let mut streaming: HashSet<(&str, u32)> = HashSet::new();
-        for (key, s) in &self.streams {
+        // A stream that has not written for `quiet` no longer counts: a
+        // writer that keeps its file open and stops must not keep the
+        // device (and every other writer of it) paced.
+        let quiet = self.devices.quiet();
+        for (key, s) in self.streams.iter().filter(|(_, s)| now - s.last_span < quiet) {
             *active.entry(s.bdi.clone()).or_default() += 1;
             streaming.insert((&s.bdi, key.tgid));
         }
@@ -269,14 +298,31 @@ impl StreamTable {
         self.flushers.submit(bdi, &dev, p.batch);
     }
 
-    /// Drops streams whose writer exited without the agent seeing a close
-    /// (a lost event): holding their files would pin the inode and the mount.
-    pub fn reap_exited(&mut self) {
-        let gone: Vec<StreamKey> =
-            self.streams.iter().filter(|(_, s)| sys::pidfd_exited(&s.pidfd)).map(|(k, _)| *k).collect();
-        for key in gone {
+    /// Ends streams whose close the agent did not see: the writer exited,
+    /// or its descriptor no longer names the file (closed at execve by
+    /// O_CLOEXEC, through io_uring, or its event lost).  A held file pins
+    /// the inode and makes umount fail, so it goes within a second or two.
+    /// Only streams with no span in the last second are checked (a
+    /// procfs read each).
+    pub fn reap(&mut self) {
+        let gone: Vec<(StreamKey, &'static str)> = self
+            .streams
+            .iter()
+            .filter_map(|(k, s)| {
+                if sys::pidfd_exited(&s.file.pidfd) {
+                    Some((*k, "writer exited"))
+                } else if s.last_span.elapsed() >= Duration::from_secs(1)
+                    && sys::fd_still_names(s.file.pid, s.file.fd, k.file.ino) == Some(false)
+                {
+                    Some((*k, "closed unseen"))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for (key, why) in gone {
             let s = self.streams.remove(&key).expect("listed above");
-            self.ended(key, s, 0, "writer exited");
+            self.ended(key, s, 0, why);
         }
     }
 
@@ -286,7 +332,7 @@ impl StreamTable {
         }
         let secs = s.started.elapsed().as_secs_f64();
         tracing::info!(
-            pid = key.tgid, comm = %s.comm, fd = s.fd, ino = key.file.ino, bdi = %s.bdi,
+            pid = key.tgid, comm = %s.comm, fd = s.file.fd, ino = key.file.ino, bdi = %s.bdi,
             bytes = s.bytes + tail, spans = s.spans, secs = format!("{secs:.1}"),
             "stream ended ({why})"
         );
@@ -325,12 +371,14 @@ impl StreamTable {
     }
 
     /// Ends every stream (daemon shutdown) after queued spans are submitted.
+    /// The administrator's bdi limits go back first: a device hung in
+    /// writeback may keep its flusher thread for ever.
     pub fn shutdown(&mut self) {
         for ((bdi, _), p) in std::mem::take(&mut self.pending) {
             self.submit_pending(&bdi, p);
         }
-        self.flushers.shutdown();
         self.devices.shutdown();
+        self.flushers.shutdown(SHUTDOWN_WAIT);
         for (key, s) in std::mem::take(&mut self.streams) {
             self.ended(key, s, 0, "daemon stopping");
         }

@@ -31,6 +31,15 @@ pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// What a failed pidfd_open means for the agent.
+pub fn pidfd_error(e: io::Error) -> ErrorKind {
+    match e.raw_os_error() {
+        Some(libc::ESRCH) => ErrorKind::ProcessGone,
+        Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
+        _ => ErrorKind::Other,
+    }
+}
+
 /// True once the process behind pidfd has exited (its pidfd polls readable).
 pub fn pidfd_exited(pidfd: &OwnedFd) -> bool {
     let mut p = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
@@ -38,44 +47,78 @@ pub fn pidfd_exited(pidfd: &OwnedFd) -> bool {
 }
 
 /// Opens, read-only, the file that process `pid` has open as `fd`, and
-/// returns it only if it is still the regular file `expect`.
+/// returns it only if it is the regular file `expect`.  Nothing else is
+/// opened, not even for a moment.
+///
+/// The writer decides what its fd names between the event and this call: it
+/// can dup2 an O_PATH descriptor of anything it can look up there — a device
+/// node whose open has side effects, a FIFO, a file on a FUSE or network
+/// mount whose open never returns.  So the file is first reached with
+/// O_PATH, which calls no driver's or filesystem's open (no IN_OPEN either),
+/// and identified by statx(AT_STATX_DONT_SYNC), which reads the inode in
+/// memory and asks no FUSE server or NFS server.  Only then is that O_PATH
+/// descriptor, which names the checked inode whatever the writer does now,
+/// reopened for reading through /proc/self/fd.
 ///
 /// Why not keep the writer's own `struct file` (pidfd_getfd)?  A duplicate
 /// keeps the writer's writable open alive after the writer closes it: its
 /// flock stays held, its offset is shared, and execve of the file fails with
 /// ETXTBSY until the duplicate is closed — even a few microseconds of holding
-/// it races with "write, close, exec".  Opening /proc/<pid>/fd/<fd> O_RDONLY
-/// makes a new, read-only open of the same inode and never touches the
-/// writer's.  The pidfd, taken first and checked after, fences pid reuse;
-/// the (dev, ino) check after opening is what makes acting on it safe.
-pub fn open_writer_file(pid: u32, fd: i32, expect: FileId) -> Result<(OwnedFd, OwnedFd), ErrorKind> {
-    let pidfd = pidfd_open(pid).map_err(|e| match e.raw_os_error() {
-        Some(libc::ESRCH) => ErrorKind::ProcessGone,
-        Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
-        _ => ErrorKind::Other,
-    })?;
+/// it races with "write, close, exec".  The pidfd, taken before and checked
+/// after, fences pid reuse.
+pub fn open_writer_file(pid: u32, fd: i32, pidfd: &OwnedFd, expect: FileId) -> Result<OwnedFd, ErrorKind> {
     let path = CString::new(format!("/proc/{pid}/fd/{fd}")).unwrap();
-    // O_NONBLOCK: if the fd now names a FIFO, opening must not wait for a writer.
-    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
-    let raw = unsafe { libc::open(path.as_ptr(), flags) };
+    let raw = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
     if raw < 0 {
-        let e = io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
+        return Err(match io::Error::last_os_error().raw_os_error() {
             Some(libc::ENOENT) => ErrorKind::FileGone,
             Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
             _ => ErrorKind::Other,
         });
     }
-    let file = unsafe { OwnedFd::from_raw_fd(raw) };
-    if pidfd_exited(&pidfd) {
+    let handle = unsafe { OwnedFd::from_raw_fd(raw) };
+    if pidfd_exited(pidfd) {
         return Err(ErrorKind::ProcessGone);
     }
-    let st = fstat(file.as_raw_fd()).map_err(|_| ErrorKind::Other)?;
-    let same = st.st_dev == expect.dev && st.st_ino == expect.ino;
-    if !same || (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
+    let id = cached_identity(handle.as_raw_fd()).map_err(|_| ErrorKind::Other)?;
+    if id != (expect, libc::S_IFREG) {
         return Err(ErrorKind::IdentityMismatch);
     }
-    Ok((file, pidfd))
+    let reopen = CString::new(format!("/proc/self/fd/{}", handle.as_raw_fd())).unwrap();
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
+    let raw = unsafe { libc::open(reopen.as_ptr(), flags) };
+    if raw < 0 {
+        return Err(ErrorKind::Other);
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// (dev, ino) and file type of an open file, from the inode in memory:
+/// AT_STATX_DONT_SYNC keeps FUSE and network filesystems from being asked.
+pub fn cached_identity(fd: RawFd) -> io::Result<(FileId, libc::mode_t)> {
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let empty = c"";
+    let flags = libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC;
+    let mask = libc::STATX_TYPE | libc::STATX_INO;
+    if unsafe { libc::statx(fd, empty.as_ptr(), flags, mask, &mut stx) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
+    Ok((FileId { dev, ino: stx.stx_ino }, stx.stx_mode as libc::mode_t & libc::S_IFMT))
+}
+
+/// Whether process `pid` still has the inode `ino` open as `fd`, from
+/// /proc/<pid>/fdinfo/<fd> (procfs alone: no filesystem is asked).  None
+/// when it cannot tell (no "ino:" line before Linux 5.14, no access).
+pub fn fd_still_names(pid: u32, fd: i32, ino: u64) -> Option<bool> {
+    match std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) {
+        Ok(text) => {
+            let line = text.lines().find_map(|l| l.strip_prefix("ino:"))?;
+            Some(line.trim().parse::<u64>().ok()? == ino)
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Some(false),
+        Err(_) => None,
+    }
 }
 
 /// sync_file_range(2) on [start, end).

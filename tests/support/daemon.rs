@@ -75,7 +75,9 @@ impl Daemon {
 
     fn spawn(l: Launch) -> Result<Self> {
         let Launch { wrapper, exe, policy, args, log_filter } = l;
-        let default_exe = bin_dir().join("writebehindd");
+        // WB_TEST_DAEMON: another build, e.g. to show a new test fails on the old code.
+        let default_exe =
+            std::env::var_os("WB_TEST_DAEMON").map_or_else(|| bin_dir().join("writebehindd"), PathBuf::from);
         let exe = exe.unwrap_or(&default_exe);
         if !exe.exists() {
             bail!("{} is not built: run `cargo xtask test`, which builds it first", exe.display());
@@ -152,6 +154,11 @@ impl Daemon {
     /// The daemon's control socket.
     pub fn socket(&self) -> PathBuf {
         self._scratch.0.join("control.sock")
+    }
+
+    /// SIGTERM, without waiting for the daemon to exit (`stop` waits).
+    pub fn signal_stop(&self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
     }
 
     /// SIGHUP: re-read the policies.

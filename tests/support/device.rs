@@ -56,6 +56,14 @@ impl LoopDevice {
         Ok(Self { dev, _throttle: Some(throttle), _lower: Some(Box::new(lower)), _scratch: None })
     }
 
+    /// Changes a throttled device's cap (bytes per second; 0 lifts it): a
+    /// cap of a few KiB/s makes a device that hangs in writeback.
+    pub fn set_write_rate(&self, bytes_per_sec: u64) -> Result<()> {
+        let lower = self._lower.as_ref().context("not a throttled device")?;
+        std::fs::write(BLKIO_WRITE_BPS, format!("{} {bytes_per_sec}", lower.bdi()?))?;
+        Ok(())
+    }
+
     /// The kernel name ("loop3").
     pub fn name(&self) -> String {
         self.dev.file_name().unwrap().to_string_lossy().into_owned()
@@ -112,6 +120,15 @@ impl Mounted {
 
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
+    }
+
+    /// A new directory `name` that user nobody (65534) owns, for an
+    /// unprivileged writer.
+    pub fn nobodys_dir(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.path(name);
+        std::fs::create_dir(&dir)?;
+        run(Command::new("chown").arg("65534:65534").arg(&dir))?;
+        Ok(dir)
     }
 
     /// The bdi this filesystem writes back through: the device's, except on

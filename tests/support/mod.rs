@@ -4,6 +4,7 @@
 pub mod daemon;
 pub mod device;
 pub mod knob;
+pub mod process;
 pub mod sampler;
 
 use std::{
@@ -16,6 +17,7 @@ use anyhow::{Context, Result, bail};
 pub use daemon::{Daemon, log_field, stopped_counter};
 pub use device::{LoopDevice, Mounted};
 pub use knob::{BdiKnobs, Knob};
+pub use process::Background;
 pub use sampler::{Peak, Sample, Sampler};
 
 pub const MIB: u64 = 1 << 20;

@@ -1,0 +1,354 @@
+//! Issue 15: a root daemon acting on what unprivileged processes do.  Every
+//! attack here is made by a real unprivileged process (setpriv to nobody);
+//! the scripts are in tests/attacks/.
+
+use std::{
+    io::{BufRead, BufReader, Read},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use wb_tests::*;
+
+/// Every write of 1 MiB crosses a window; every writer streams at once.
+const POLICY: &str = "window = \"1MiB\"\nburst = \"1MiB\"\n";
+const PYTHON: &str = "/usr/bin/python3";
+const SWAP_FD: &str = include_str!("attacks/swap_fd.py");
+const WATCH_OPENS: &str = include_str!("attacks/watch_opens.py");
+const FUSE_HANG: &str = include_str!("attacks/fuse_hang.py");
+
+/// A python script run as nobody.
+fn nobody_python(script: &str) -> Command {
+    let mut c = as_nobody(PYTHON);
+    c.arg("-c").arg(script);
+    c
+}
+
+/// Waits for a child's first line of output to be `want`.
+fn await_line(child: &mut Child, want: &str) -> Result<()> {
+    let out = child.stdout.as_mut().context("stdout not piped")?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    anyhow::ensure!(line.trim() == want, "expected {want:?}, got {line:?}");
+    Ok(())
+}
+
+/// Counts real opens (inotify IN_OPEN) of some paths while it lives.
+struct OpenWatch(Child);
+
+impl OpenWatch {
+    fn new(paths: &[&Path]) -> Result<Self> {
+        let mut c = Command::new(PYTHON)
+            .arg("-c")
+            .arg(WATCH_OPENS)
+            .args(paths)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        await_line(&mut c, "ready")?;
+        Ok(Self(c))
+    }
+
+    fn opens(mut self) -> Result<u64> {
+        drop(self.0.stdin.take());
+        let mut out = String::new();
+        self.0.stdout.take().context("stdout")?.read_to_string(&mut out)?;
+        self.0.wait()?;
+        Ok(out.trim().parse()?)
+    }
+}
+
+/// A FUSE filesystem whose one file, "f", can be looked up but whose open
+/// never returns.  Dropping it kills the server, which fails every request
+/// still waiting, and unmounts.
+struct HangingFuse {
+    server: Child,
+    dir: PathBuf,
+}
+
+impl HangingFuse {
+    fn mount() -> Result<Self> {
+        let dir = PathBuf::from(format!("/mnt/wb-fuse-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let server = Command::new(PYTHON)
+            .arg("-c")
+            .arg(FUSE_HANG)
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut me = Self { server, dir };
+        await_line(&mut me.server, "ready")?;
+        Ok(me)
+    }
+
+    fn file(&self) -> PathBuf {
+        self.dir.join("f")
+    }
+}
+
+impl Drop for HangingFuse {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// `wbctl status` against the daemon, as root: whether it answered within
+/// `within`.
+fn status_answers(daemon: &Daemon, within: Duration) -> Result<bool> {
+    let secs = format!("{}", within.as_secs_f64());
+    let st = Command::new("timeout")
+        .arg(&secs)
+        .arg(bin_dir().join("wbctl"))
+        .arg("--socket")
+        .arg(daemon.socket())
+        .arg("status")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    Ok(st.success())
+}
+
+/// Class 1: between a window's event and the agent's open, the writer puts
+/// a FIFO and a device node (by O_PATH: no read permission needed) at the
+/// event's descriptor.  The daemon opens neither, not even for a moment
+/// (inotify sees every real open); the writer's own file is still flushed.
+#[test]
+fn only_the_written_file_is_ever_opened() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let fifo = dir.join("fifo");
+    run(as_nobody("mkfifo").arg(&fifo))?;
+    // /dev/null's numbers, so opening it harms nothing; only root may open it.
+    let node = fs.path("node");
+    run(Command::new("mknod").args(["-m", "600"]).arg(&node).args(["c", "1", "3"]))?;
+    let watch = OpenWatch::new(&[&fifo, &node])?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    let file = dir.join("file");
+    let swaps = run(nobody_python(SWAP_FD).arg(&file).arg("4").arg(&fifo).arg(&node))?;
+    std::thread::sleep(Duration::from_millis(500));
+    let log = daemon.stop()?;
+    let opens = watch.opens()?;
+    println!("{} swaps, {opens} opens of the traps", swaps.trim());
+    assert_eq!(opens, 0, "the daemon opened what the writer put at its descriptor:\n{log}");
+    assert!(log.contains("stream started"), "the writer never streamed:\n{log}");
+    assert!(stopped_counter(&log, "bytes_flushed") > 0, "nothing was flushed:\n{log}");
+    Ok(())
+}
+
+/// Class 1: the writer puts a file whose open never returns (a FUSE
+/// server's) at its descriptor.  The daemon keeps serving its socket and
+/// stops cleanly: no open it makes can stall the thread that drains events,
+/// answers wbctl and pings the watchdog.
+#[test]
+fn a_file_whose_open_hangs_stalls_nothing() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    // Mounted by root: /dev/fuse is root's here (a distribution lets any
+    // user mount one with fusermount3).
+    let fuse = HangingFuse::mount()?;
+    let mut attack = Background::spawn(nobody_python(SWAP_FD).arg(dir.join("file")).arg("6").arg(fuse.file()))?;
+    let t0 = Instant::now();
+    let mut answered = 0;
+    while t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(500));
+        if !status_answers(&daemon, Duration::from_secs(2))? {
+            bail!("wbctl status got no answer within 2 s:\n{}", daemon.log_text());
+        }
+        answered += 1;
+    }
+    attack.wait()?;
+    let log = daemon.stop()?;
+    println!("wbctl answered {answered} times during the attack");
+    assert!(log.contains("stream started"), "the writer never streamed:\n{log}");
+    drop(fuse);
+    Ok(())
+}
+
+/// Class 3: the daemon stops while a device hangs in writeback (its cap
+/// dropped to 4 KiB/s under a paced stream).  The knobs it paced with come
+/// back at once, not when the device gets round to it.
+#[test]
+fn stopping_with_a_hung_device_restores_its_knobs_at_once() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::throttled(512, 100 * MIB)?, "ext4")?;
+    let knobs = BdiKnobs::of(&fs)?;
+    let original = knobs.values();
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    let writer = Background::sh(&format!("head -c 256M /dev/zero | pv -qL 50m > {}", fs.path("stream").display()))?;
+    knobs.wait_for("1", "while streaming")?;
+    std::thread::sleep(Duration::from_secs(1));
+    fs.device.set_write_rate(4096)?;
+    std::thread::sleep(Duration::from_secs(2));
+    daemon.signal_stop();
+    let t0 = Instant::now();
+    while knobs.values() != original && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let restored = t0.elapsed();
+    let log = daemon.log_text();
+    // Let the device drain (the writer is killed first) so the daemon can exit.
+    drop(writer);
+    fs.device.set_write_rate(0)?;
+    daemon.stop()?;
+    println!("knobs back {restored:?} after SIGTERM");
+    assert_eq!(knobs.values(), original);
+    assert!(restored < Duration::from_secs(3), "the knobs came back only after {restored:?}:\n{log}");
+    Ok(())
+}
+
+/// Class 2: a writer streams, then keeps its file open and stops writing.
+/// After `quiet` (5 s) its stream no longer counts, and the device — every
+/// writer of it, other users' too — is no longer paced.
+#[test]
+fn a_writer_that_stops_writing_stops_pacing() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let knobs = BdiKnobs::of(&fs)?;
+    let original = knobs.values();
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    let hold = "import os,sys,time\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT,0o644)\n\
+                for _ in range(64): os.write(fd,b'h'*(1<<20))\ntime.sleep(60)\n";
+    let _holder = Background::spawn(nobody_python(hold).arg(dir.join("held")))?;
+    knobs.wait_for("1", "while streaming")?;
+    let t0 = Instant::now();
+    while knobs.values() != original && t0.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let released = t0.elapsed();
+    let log = daemon.stop()?;
+    println!("pacing ended {released:?} after the writer went quiet (file still open)");
+    assert!(released < Duration::from_secs(10), "still paced {released:?} after the last write:\n{log}");
+    Ok(())
+}
+
+/// Class 4: a stream's file is closed without the close being seen (an
+/// O_CLOEXEC descriptor closed by execve).  The daemon lets go of it within
+/// a couple of seconds: the filesystem can be unmounted.
+#[test]
+fn a_file_closed_unseen_is_let_go() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let mut daemon = Daemon::start_with_policy(POLICY)?;
+    // Python opens with O_CLOEXEC; execve closes the file, no close(2).
+    let then_exec = "import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT|os.O_CLOEXEC,0o644)\n\
+                     for _ in range(32): os.write(fd,b'e'*(1<<20))\nos.execv('/bin/sleep',['sleep','30'])\n";
+    let _sleeper = Background::spawn(nobody_python(then_exec).arg(dir.join("exec")))?;
+    daemon.wait_log("stream started", Duration::from_secs(10))?;
+    std::thread::sleep(Duration::from_secs(1));
+    let t0 = Instant::now();
+    let unmounted = loop {
+        if Command::new("umount").arg(&fs.dir).stderr(Stdio::null()).status()?.success() {
+            break true;
+        }
+        if t0.elapsed() > Duration::from_secs(6) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let log = daemon.stop()?;
+    println!("unmounted {:?} after the exec", t0.elapsed());
+    assert!(unmounted, "umount still failed (EBUSY) 6 s after the writer's execve:\n{log}");
+    assert!(log.contains("stream ended (closed unseen)"), "{log}");
+    Ok(())
+}
+
+/// Class 4: a user keeps 72,000 written files open (more than BPF's stream
+/// map holds).  Another user's stream is still tracked and flushed.
+#[test]
+fn a_user_with_many_open_files_leaves_others_tracked() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    // One file opened 18,000 times by each of four processes (RLIMIT_NOFILE's
+    // hard limit is 20,000 here): a struct file, so a map entry, each.
+    let hoard = "import os,sys,resource,time\n\
+                 _,hard=resource.getrlimit(resource.RLIMIT_NOFILE)\n\
+                 resource.setrlimit(resource.RLIMIT_NOFILE,(hard,hard))\n\
+                 fds=[os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT,0o644) for _ in range(18000)]\n\
+                 for fd in fds: os.write(fd,b'x')\nprint('ready',flush=True)\ntime.sleep(60)\n";
+    let mut hoarders = Vec::new();
+    for _ in 0..4 {
+        let mut h = Background::spawn(nobody_python(hoard).arg(dir.join("hoard")).stdout(Stdio::piped()))?;
+        await_line(&mut h.0, "ready")?;
+        hoarders.push(h);
+    }
+    run(Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "count=64", "status=none"])
+        .arg(format!("of={}", fs.path("root").display())))?;
+    std::thread::sleep(Duration::from_millis(500));
+    let log = daemon.stop()?;
+    let started = log.lines().any(|l| l.contains("stream started") && l.contains(" comm=dd "));
+    assert!(started, "root's dd was not tracked while a user held 72,000 files:\n{log}");
+    Ok(())
+}
+
+/// Class 4: a user floods the ring buffer with closes of tiny files while
+/// the agent is stopped for two seconds (as a busy agent would be).  The
+/// closes may fill half of it; another user's stream loses no window.
+#[test]
+fn a_flood_of_closes_leaves_room_for_streams() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    // Past its burst first (2 MiB streamed), then tiny files for 4 s.
+    let flood = "import os,sys,time\nd=sys.argv[1]\n\
+                 fd=os.open(d+'/big',os.O_WRONLY|os.O_CREAT,0o644); os.write(fd,b'b'*(2<<20)); os.close(fd)\n\
+                 end=time.monotonic()+4; i=0\n\
+                 while time.monotonic()<end:\n    fd=os.open(f'{d}/t{i%20000}',os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o644)\n    \
+                 os.write(fd,b't'); os.close(fd); i+=1\nprint(i)\n";
+    let mut flooder = Background::spawn(nobody_python(flood).arg(&dir))?;
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGSTOP) };
+    let dd = run(Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "count=64", "status=none"])
+        .arg(format!("of={}", fs.path("root").display())));
+    std::thread::sleep(Duration::from_secs(2));
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGCONT) };
+    dd?;
+    flooder.wait()?;
+    std::thread::sleep(Duration::from_millis(500));
+    let log = daemon.stop()?;
+    let drops = stopped_counter(&log, "rb_drops");
+    println!("windows lost: {drops}");
+    assert_eq!(drops, 0, "a flood of closes crowded out another user's windows:\n{log}");
+    Ok(())
+}
+
+/// Class 4: one user's streams fill at most half of --max-streams; another
+/// user still gets a stream.
+#[test]
+fn one_user_cannot_take_every_stream() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let daemon = Daemon::start_traced(POLICY, &["--max-streams", "8"])?;
+    let d = dir.display();
+    let _users = Background::spawn(
+        as_nobody("sh")
+            .arg("-c")
+            .arg(format!("for i in $(seq 8); do head -c 48M /dev/zero | pv -qL 8m > {d}/s$i & done; wait")),
+    )?;
+    std::thread::sleep(Duration::from_secs(2));
+    let _root = Background::sh(&format!("head -c 24M /dev/zero | pv -qL 8m > {}", fs.path("root").display()))?;
+    std::thread::sleep(Duration::from_secs(2));
+    let log = daemon.stop()?;
+    let started =
+        |uid: u32| log.lines().filter(|l| l.contains("stream started") && l.contains(&format!(" uid={uid} "))).count();
+    println!("streams: nobody {}, root {}", started(65534), started(0));
+    assert_eq!(started(65534), 4, "{log}");
+    assert_eq!(started(0), 1, "root got no stream:\n{log}");
+    Ok(())
+}
