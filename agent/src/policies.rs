@@ -19,6 +19,10 @@ use anyhow::{Context, Result, bail};
 
 use crate::policy::{DEVICE_WIDE, Layer, Policy};
 
+mod pattern;
+
+use pattern::{Pattern, States};
+
 pub const POLICY_DIR: &str = "/etc/writebehindd/policies.d";
 
 /// One `[[policy]]` table.
@@ -131,23 +135,42 @@ impl PolicySet {
 
     /// The effective policy of the cgroup at `path` ("/", "/a/b").
     pub fn resolve(&self, path: &str) -> Policy {
-        let parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
-        let mut eff = self.root.clone();
-        for depth in 0..=parts.len() {
-            if let Some(rule) = self.best(&parts[..depth]) {
-                // A combination that fails validation (say a min_window
-                // above an inherited max_window) keeps the parent's.
-                if let Ok(p) = rule.layer.over(&eff).validated() {
-                    eff = p;
-                }
-            }
-        }
-        eff
+        let at = path.split('/').filter(|c| !c.is_empty()).fold(self.cursor(), |at, c| self.descend(&at, c));
+        at.policy
     }
 
-    /// The most specific rule matching a cgroup; the later among equals.
-    fn best(&self, parts: &[&str]) -> Option<&Rule> {
-        self.rules.iter().filter(|r| r.pattern.matches(parts)).max_by_key(|r| r.pattern.specificity())
+    /// The root cgroup "/", where a walk of the cgroup tree starts.
+    pub fn cursor(&self) -> Cursor {
+        let states = self.rules.iter().map(|r| r.pattern.start()).collect();
+        self.settle(states, self.root.clone())
+    }
+
+    /// The child cgroup `name` of the cgroup at `parent`: one NFA step per
+    /// rule, so a walk costs the same per cgroup however deep it is.
+    pub fn descend(&self, parent: &Cursor, name: &str) -> Cursor {
+        let states = self.rules.iter().zip(&parent.states).map(|(r, s)| r.pattern.step(s, name)).collect();
+        self.settle(states, parent.policy.clone())
+    }
+
+    /// The cursor of a cgroup whose rules stand at `states` and whose
+    /// parent's policy is `inherited`: the most specific matching rule (the
+    /// later among equals) over it.
+    fn settle(&self, states: Vec<States>, inherited: Policy) -> Cursor {
+        let best = self
+            .rules
+            .iter()
+            .zip(&states)
+            .filter(|(r, s)| r.pattern.accepts(s))
+            .max_by_key(|(r, _)| r.pattern.specificity())
+            .map(|(r, _)| r);
+        let mut policy = inherited;
+        // A combination that fails validation (say a min_window above an
+        // inherited max_window) keeps the parent's.
+        if let Some(Ok(p)) = best.map(|r| r.layer.over(&policy).validated()) {
+            policy = p;
+        }
+        let below = self.rules.iter().zip(&states).any(|(r, s)| r.pattern.may_match_below(s));
+        Cursor { states, policy, below }
     }
 
     /// What --check-policy prints: the sources, then the effective policy
@@ -170,6 +193,28 @@ impl PolicySet {
     }
 }
 
+/// Where a walk down the cgroup tree stands: each rule's match states and
+/// the cgroup's effective policy.
+#[derive(Debug, Clone)]
+pub struct Cursor {
+    states: Vec<States>,
+    policy: Policy,
+    below: bool,
+}
+
+impl Cursor {
+    /// The effective policy of the cgroup.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Whether a rule could match a cgroup below this one.  When none can,
+    /// every descendant inherits this cgroup's policy.
+    pub fn may_match_below(&self) -> bool {
+        self.below
+    }
+}
+
 /// The line (1-based) where a table's `cgroup = "..."` is, for messages
 /// about checks made after parsing.
 fn line_of(text: &str, cgroup: &str) -> Option<usize> {
@@ -178,65 +223,6 @@ fn line_of(text: &str, cgroup: &str) -> Option<usize> {
 
 fn show(p: &Policy) -> String {
     p.lines().iter().map(|(k, v)| format!("  {k} = {v}")).collect::<Vec<_>>().join("\n")
-}
-
-/// A cgroup path pattern: components, `*` within a component matches any
-/// characters but '/', a `**` component matches any number of components.
-#[derive(Debug, Clone)]
-struct Pattern {
-    text: String,
-    parts: Vec<String>,
-}
-
-impl Pattern {
-    fn parse(s: &str) -> Result<Self> {
-        if !s.starts_with('/') {
-            bail!("a cgroup pattern is an absolute path like \"/system.slice/backup.service\", got {s:?}");
-        }
-        let parts: Vec<String> = s.split('/').filter(|c| !c.is_empty()).map(str::to_owned).collect();
-        if let Some(bad) = parts.iter().find(|p| p.contains("**") && p.as_str() != "**") {
-            bail!("`**` must be a whole path component (\"/user.slice/**\"), got {bad:?} in {s:?}");
-        }
-        if let Some(bad) = parts.iter().find(|p| *p == "." || *p == "..") {
-            bail!("{bad:?} is not allowed in a cgroup pattern ({s:?})");
-        }
-        Ok(Self { text: s.to_owned(), parts })
-    }
-
-    fn matches(&self, path: &[&str]) -> bool {
-        fn go(pat: &[String], path: &[&str]) -> bool {
-            match pat.split_first() {
-                None => path.is_empty(),
-                Some((p, rest)) if p == "**" => (0..=path.len()).any(|i| go(rest, &path[i..])),
-                Some((p, rest)) => path.split_first().is_some_and(|(c, tail)| glob(p, c) && go(rest, tail)),
-            }
-        }
-        go(&self.parts, path)
-    }
-
-    /// More literal components first, then fewer wildcards.
-    fn specificity(&self) -> (usize, isize) {
-        let literal = self.parts.iter().filter(|p| !p.contains('*')).count();
-        let wild =
-            self.parts.iter().map(|p| if p == "**" { 2 } else { p.matches('*').count() as isize }).sum::<isize>();
-        (literal, -wild)
-    }
-
-    /// A cgroup path this pattern matches, for --check-policy.
-    fn example(&self) -> String {
-        let parts: Vec<String> = self.parts.iter().filter(|p| *p != "**").map(|p| p.replace('*', "x")).collect();
-        format!("/{}", parts.join("/"))
-    }
-}
-
-/// `*` matches any run of characters within one component.
-fn glob(pat: &str, s: &str) -> bool {
-    match pat.split_once('*') {
-        None => pat == s,
-        Some((head, rest)) => {
-            s.starts_with(head) && (head.len()..=s.len()).any(|i| s.is_char_boundary(i) && glob(rest, &s[i..]))
-        }
-    }
 }
 
 #[cfg(test)]
