@@ -35,6 +35,16 @@ pub struct DeviceShared {
 }
 
 impl DeviceShared {
+    /// A device never measured, for unit tests of its users.
+    #[cfg(test)]
+    pub fn for_tests() -> Self {
+        Self {
+            est: Mutex::new(Estimator::new(100 << 20)),
+            window: AtomicU64::new(1 << 20),
+            chunk: AtomicU64::new(1 << 20),
+        }
+    }
+
     pub fn window(&self) -> u64 {
         self.window.load(Relaxed)
     }

@@ -20,7 +20,7 @@ use std::{
     os::fd::{AsRawFd, OwnedFd},
     sync::{
         Arc, OnceLock,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
         mpsc,
     },
     thread::{self, JoinHandle},
@@ -108,8 +108,17 @@ pub struct Batch {
     pub flushes: Vec<Flush>,
 }
 
+/// A device's flusher thread, as the intake side sees it.
+struct Queue {
+    tx: mpsc::Sender<Batch>,
+    handle: JoinHandle<()>,
+    backlog: Arc<Backlog>,
+    /// "Queue full" was logged (again once it has drained to half).
+    full_logged: bool,
+}
+
 pub struct Flushers {
-    devices: HashMap<String, (mpsc::Sender<Batch>, JoinHandle<()>)>,
+    devices: HashMap<String, Queue>,
     counters: Arc<Counters>,
     /// Set at shutdown: submit what is queued, skip the waits.
     stopping: Arc<AtomicBool>,
@@ -120,19 +129,39 @@ impl Flushers {
         Self { devices: HashMap::new(), counters, stopping: Arc::new(AtomicBool::new(false)) }
     }
 
+    /// Queues a batch for the device's thread, or leaves it to the kernel
+    /// (counted as over_cap) when the device is MAX_QUEUED flushes behind.
     pub fn submit(&mut self, bdi: &str, device: &Arc<DeviceShared>, batch: Batch) {
-        let (tx, _) = self.devices.entry(bdi.to_owned()).or_insert_with(|| {
+        let q = self.devices.entry(bdi.to_owned()).or_insert_with(|| {
             let (tx, rx) = mpsc::channel();
-            let (counters, stopping) = (self.counters.clone(), self.stopping.clone());
-            let device = device.clone();
+            let backlog = Arc::new(Backlog::default());
+            let mut submitter = Submitter::new(device.clone(), self.counters.clone(), self.stopping.clone());
+            let drained = backlog.clone();
             let handle = thread::Builder::new()
                 .name(format!("flush-{bdi}"))
-                .spawn(move || Submitter::new(device, counters, stopping).run(rx))
+                .spawn(move || submitter.run(rx, &drained))
                 .expect("cannot spawn flusher thread");
-            (tx, handle)
+            Queue { tx, handle, backlog, full_logged: false }
         });
+        let n = batch.flushes.len();
+        if !q.backlog.try_add(n) {
+            for _ in 0..n {
+                self.counters.error(ErrorKind::OverCap);
+            }
+            if !std::mem::replace(&mut q.full_logged, true) {
+                tracing::warn!(
+                    bdi,
+                    max = MAX_QUEUED,
+                    "flush queue full: the excess is left to the kernel until the device catches up"
+                );
+            }
+            return;
+        }
+        if q.backlog.len() < MAX_QUEUED / 2 {
+            q.full_logged = false;
+        }
         // The thread only ends when its sender is dropped, so send cannot fail.
-        let _ = tx.send(batch);
+        let _ = q.tx.send(batch);
     }
 
     /// Hands every queued span to writeback (without waiting for any) and
@@ -144,8 +173,7 @@ impl Flushers {
         self.stopping.store(true, Ordering::Relaxed);
         let deadline = Instant::now() + within;
         // Dropping each sender ends its thread once its queue is done.
-        let threads: Vec<(String, JoinHandle<()>)> =
-            self.devices.drain().map(|(bdi, (_sender, handle))| (bdi, handle)).collect();
+        let threads: Vec<(String, JoinHandle<()>)> = self.devices.drain().map(|(bdi, q)| (bdi, q.handle)).collect();
         for (bdi, handle) in threads {
             while !handle.is_finished() && Instant::now() < deadline {
                 thread::sleep(std::time::Duration::from_millis(10));
@@ -165,6 +193,34 @@ impl Flushers {
 /// nothing from more queued writeback.
 pub const MAX_QUEUED: usize = 65_536;
 
+/// Flushes handed to a device's thread and not yet submitted.  Counted
+/// where they are fed, not where they are drained: a thread hung in
+/// writeback (a dead disk) drains nothing, and its channel would otherwise
+/// grow without bound.  One feeder (the intake thread) adds; the device's
+/// thread takes away.
+#[derive(Default)]
+struct Backlog(AtomicUsize);
+
+impl Backlog {
+    /// Takes room for `n` more flushes, if there is room.
+    fn try_add(&self, n: usize) -> bool {
+        if self.len() + n > MAX_QUEUED {
+            return false;
+        }
+        self.0.fetch_add(n, Ordering::Relaxed);
+        true
+    }
+
+    /// `n` flushes were submitted.
+    fn done(&self, n: usize) {
+        self.0.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    fn len(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// Batches waiting on one device, by owner.  Service goes in rounds (seed
 /// 000): each round gives every owner with work one batch, owners in the
 /// order their oldest batch arrived, so a flood of small files cannot starve
@@ -174,23 +230,15 @@ struct Rounds {
     queues: HashMap<u64, VecDeque<Batch>>,
     /// Owners with work, oldest first.
     order: VecDeque<u64>,
-    /// Flushes in all queues.
-    queued: usize,
 }
 
 impl Rounds {
-    /// Queues the batch, or gives it back when the device's queue is full.
-    fn push(&mut self, b: Batch) -> Result<(), Batch> {
-        if self.queued + b.flushes.len() > MAX_QUEUED {
-            return Err(b);
-        }
-        self.queued += b.flushes.len();
+    fn push(&mut self, b: Batch) {
         let q = self.queues.entry(b.owner).or_default();
         if q.is_empty() {
             self.order.push_back(b.owner);
         }
         q.push_back(b);
-        Ok(())
     }
 
     /// One batch from each owner with work.
@@ -199,9 +247,7 @@ impl Rounds {
         let mut out = Vec::with_capacity(owners.len());
         for owner in owners {
             let q = self.queues.get_mut(&owner).expect("ordered owners have queues");
-            let b = q.pop_front().expect("ordered owners have work");
-            self.queued -= b.flushes.len();
-            out.push(b);
+            out.push(q.pop_front().expect("ordered owners have work"));
             if q.is_empty() {
                 self.queues.remove(&owner);
             } else {
@@ -240,7 +286,6 @@ struct Submitter {
     /// Files whose writeback failed (EIO, device gone): logged once, then
     /// left alone; by (st_dev, st_ino).
     failed: HashSet<(u64, u64)>,
-    over_cap_logged: bool,
 }
 
 impl Submitter {
@@ -255,43 +300,29 @@ impl Submitter {
             last_done: None,
             sampler: Sampler::default(),
             failed: HashSet::new(),
-            over_cap_logged: false,
         }
     }
 
-    fn run(mut self, rx: mpsc::Receiver<Batch>) {
+    fn run(&mut self, rx: mpsc::Receiver<Batch>, backlog: &Backlog) {
         let mut rounds = Rounds::default();
         loop {
             if rounds.is_empty() {
                 // Nothing queued: let what is in flight finish (a sample,
                 // and no file held while idle), then sleep until work comes.
                 self.wait_until(0);
-                self.over_cap_logged = false;
                 match rx.recv() {
-                    Ok(b) => self.queue(&mut rounds, b),
+                    Ok(b) => rounds.push(b),
                     Err(_) => return,
                 }
             }
             while let Ok(b) = rx.try_recv() {
-                self.queue(&mut rounds, b);
+                rounds.push(b);
             }
             for batch in rounds.round() {
+                let n = batch.flushes.len();
                 self.submit(batch);
                 self.handles.release();
-            }
-        }
-    }
-
-    fn queue(&mut self, rounds: &mut Rounds, b: Batch) {
-        if let Err(b) = rounds.push(b) {
-            for _ in &b.flushes {
-                self.counters.error(ErrorKind::OverCap);
-            }
-            if !std::mem::replace(&mut self.over_cap_logged, true) {
-                tracing::warn!(
-                    max = MAX_QUEUED,
-                    "flush queue full: the excess is left to the kernel until the device catches up"
-                );
+                backlog.done(n);
             }
         }
     }
@@ -422,12 +453,12 @@ mod tests {
         let mut r = Rounds::default();
         // A flood of small-file batches from owner 1 queued before owner 2's span.
         for i in 0..5 {
-            r.push(batch(1, 10 + i)).unwrap();
+            r.push(batch(1, 10 + i));
         }
-        r.push(batch(2, 20)).unwrap();
-        r.push(batch(2, 21)).unwrap();
+        r.push(batch(2, 20));
+        r.push(batch(2, 21));
         assert_eq!(inos(r.round()), vec![10, 20]);
-        r.push(batch(3, 30)).unwrap();
+        r.push(batch(3, 30));
         assert_eq!(inos(r.round()), vec![11, 21, 30]);
         assert_eq!(inos(r.round()), vec![12]);
         assert_eq!(inos(r.round()), vec![13]);
@@ -436,17 +467,33 @@ mod tests {
     }
 
     #[test]
-    fn a_full_queue_gives_batches_back() {
-        let mut r = Rounds::default();
-        for i in 0..MAX_QUEUED as u64 {
-            r.push(batch(i % 7, i)).unwrap();
+    fn the_backlog_is_bounded_where_it_is_fed() {
+        let b = Backlog::default();
+        assert!(b.try_add(MAX_QUEUED - 1));
+        assert!(!b.try_add(2), "past the cap");
+        assert!(b.try_add(1));
+        assert!(!b.try_add(1));
+        // Only what the device's thread submitted makes room again.
+        b.done(3);
+        assert!(b.try_add(3));
+        assert!(!b.try_add(1));
+    }
+
+    /// A device whose thread never drains (hung in writeback) takes
+    /// MAX_QUEUED flushes and no more: the rest are counted, not queued.
+    #[test]
+    fn a_hung_device_queues_at_most_max_queued() {
+        let counters = Arc::new(Counters::default());
+        let mut f = Flushers::new(counters.clone());
+        let (tx, _rx) = mpsc::channel();
+        let handle = thread::spawn(|| ());
+        let backlog = Arc::new(Backlog::default());
+        f.devices.insert("hung".into(), Queue { tx, handle, backlog: backlog.clone(), full_logged: false });
+        let dev = Arc::new(DeviceShared::for_tests());
+        for i in 0..(MAX_QUEUED as u64 + 100) {
+            f.submit("hung", &dev, batch(1, i));
         }
-        assert!(r.push(batch(1, 0)).is_err());
-        // One round frees room for as many as it took.
-        let n = r.round().len();
-        for i in 0..n as u64 {
-            r.push(batch(9, i)).unwrap();
-        }
-        assert!(r.push(batch(9, 0)).is_err());
+        assert_eq!(backlog.len(), MAX_QUEUED);
+        assert_eq!(counters.errors().into_iter().find(|e| e.0 == "over_cap").unwrap().1, 100);
     }
 }
