@@ -3,70 +3,10 @@
 //! brings a changed window into force on the next span, and a broken file
 //! changes nothing.
 
-use std::{
-    path::PathBuf,
-    process::{Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use wb_tests::*;
-
-/// A cgroup made under the v2 hierarchy for the test, removed after it.
-struct Cgroup {
-    dir: PathBuf,
-    /// Its path as policies name it ("/wb-test-123-off").
-    path: String,
-}
-
-impl Cgroup {
-    fn new(tag: &str) -> Result<Self> {
-        let root = v2_root()?;
-        let name = format!("wb-test-{}-{tag}", std::process::id());
-        let dir = root.join(&name);
-        std::fs::create_dir(&dir).with_context(|| format!("creating cgroup {}", dir.display()))?;
-        Ok(Self { dir, path: format!("/{name}") })
-    }
-
-    /// dd of `mib` MiB into `out`, run inside this cgroup; returns its pid.
-    fn dd(&self, out: &std::path::Path, mib: u32) -> Result<u32> {
-        let procs = self.dir.join("cgroup.procs");
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "echo $$ > {} && exec dd if=/dev/zero of={} bs=1M count={mib} status=none",
-                procs.display(),
-                out.display()
-            ))
-            .stdin(Stdio::null())
-            .spawn()?;
-        let pid = child.id();
-        if !child.wait()?.success() {
-            bail!("dd in {} failed", self.path);
-        }
-        Ok(pid)
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        // Its processes have exited; the kernel may take a moment to agree.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn v2_root() -> Result<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
-    text.lines()
-        .find_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            (post.split_whitespace().next()? == "cgroup2").then(|| pre.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .context("no cgroup v2 hierarchy mounted")
-}
 
 /// (spans, bytes) of the stream the daemon logged for `pid`, if any.
 fn stream_of(log: &str, pid: u32) -> Option<(u64, u64)> {

@@ -1,6 +1,7 @@
 //! Test support: real loop devices, real filesystems, the real daemon.
 //! Every guard here undoes what it did when dropped, also when a test fails.
 
+pub mod cgroup;
 pub mod daemon;
 pub mod device;
 pub mod knob;
@@ -14,6 +15,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
+pub use cgroup::Cgroup;
 pub use daemon::{Daemon, log_field, stopped_counter};
 pub use device::{LoopDevice, Mounted};
 pub use knob::{BdiKnobs, Knob};
