@@ -163,3 +163,84 @@ fn restore_after_kill_puts_the_values_back() -> Result<()> {
     assert_eq!(knobs.values(), original);
     Ok(())
 }
+
+/// strace, killing the daemon on entering its `n`th write(2) to the knobs
+/// at `paths` (that write does not happen, the ones before it did), and
+/// logging those writes to `trace` (-y: with their paths); the daemon's
+/// command or `-p PID` follows.
+fn strace_killing_at(n: u32, paths: &[String], trace: &Path) -> Vec<String> {
+    let mut a: Vec<String> = ["strace", "-f", "-qq", "-y", "-e", "trace=write"].map(String::from).into();
+    a.extend(["-e".into(), format!("inject=write:signal=SIGKILL:when={n}"), "-o".into(), trace.display().to_string()]);
+    for p in paths {
+        a.extend(["-P".into(), p.clone()]);
+    }
+    a
+}
+
+/// After the daemon was killed at a knob write: `--restore` puts the
+/// administrator's values back.
+fn restores_after_kill(knobs: &BdiKnobs, original: &(String, String), trace: &Path, log: &str) -> Result<()> {
+    let killed_at = std::fs::read_to_string(trace)?.lines().rfind(|l| l.contains("write(")).unwrap_or("").to_owned();
+    let (status, out) = run_writebehindd(&["--restore"], Duration::from_secs(5))?;
+    println!("  killed at {killed_at}\n  --restore: {}", out.trim().replace('\n', "\n    "));
+    assert!(status.success(), "--restore failed ({status}):\n{out}");
+    assert_eq!(&knobs.values(), original, "killed at {killed_at}: not restored:\n{log}\n--restore:\n{out}");
+    Ok(())
+}
+
+/// Killed at any knob write — a pace's, a re-pace's, a release's — the
+/// daemon had journaled beforehand what the knobs may hold, and `--restore`
+/// puts the administrator's values back.  strace kills it at the same
+/// write every run, whatever the timing: the first four writes after its
+/// start (a pace and a re-pace or two), then, attached to a pacing daemon,
+/// the second write of the release at its stop.
+#[test]
+fn killed_at_any_knob_write_the_values_come_back() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(2048)?, "ext4")?;
+    let knobs = BdiKnobs::of(&fs)?;
+    let (original, _guards) = keep(&knobs)?;
+    // strace matches an fd's path as /proc shows it: the real one, not the
+    // /sys/class/bdi symlink.
+    let mut paths = Vec::new();
+    for name in ["max_bytes", "max_ratio_fine", "strict_limit"] {
+        paths.push(std::fs::canonicalize(format!("{}/{name}", knobs.dir))?.display().to_string());
+    }
+    let scratch = Scratch::new("strace")?;
+    let trace = scratch.0.join("knob-writes");
+
+    for n in 1..=4 {
+        let mut strace = strace_killing_at(n, &paths, &trace);
+        strace.push("--".into());
+        let strace: Vec<&str> = strace.iter().map(String::as_str).collect();
+        let mut daemon = Daemon::start_wrapped(&strace, None)?;
+        let _w = Writer::start(&fs, "512M")?;
+        let status = daemon.wait_exit(Duration::from_secs(30))?;
+        let log = daemon.log_text();
+        assert!(!status.success(), "knob write {n}: the daemon was not killed ({status}):\n{log}");
+        restores_after_kill(&knobs, &original, &trace, &log)?;
+    }
+
+    // The release at a stop: attached once the device is paced, the
+    // first write is the ceiling put back, the second strict_limit.
+    let mut daemon = Daemon::start()?;
+    let _w = Writer::start(&fs, "1536M")?;
+    knobs.wait_for("1", "while streaming")?;
+    let pid = daemon.pid().to_string();
+    let mut strace = strace_killing_at(2, &paths, &trace);
+    strace.extend(["-p".into(), pid.clone()]);
+    let mut strace = Command::new(&strace[0]).args(&strace[1..]).stdin(Stdio::null()).spawn()?;
+    let traced = || -> Result<bool> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        Ok(status.lines().any(|l| l.starts_with("TracerPid:") && l.split_whitespace().nth(1) != Some("0")))
+    };
+    while !traced()? {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGTERM) };
+    let status = daemon.wait_exit(Duration::from_secs(20))?;
+    strace.wait()?;
+    let log = daemon.log_text();
+    assert!(!status.success(), "the daemon was not killed in its release ({status}):\n{log}");
+    restores_after_kill(&knobs, &original, &trace, &log)
+}

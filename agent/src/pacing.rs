@@ -8,10 +8,11 @@
 //! sets them only while streaming writers are active on the device.
 //!
 //! These are the administrator's settings.  Their values are journaled
-//! under /run before the first change and put back when pacing ends, when
-//! the daemon stops, and, after a crash, when it starts again.  A knob that
-//! no longer holds what the agent wrote was changed by someone else: the
-//! agent steps aside for that device (and neither restores nor touches it).
+//! under /run before every write to a knob and put back when pacing ends,
+//! when the daemon stops, and, after a crash, when it starts again (or by
+//! `writebehindd --restore`).  A knob that no longer holds what the agent
+//! wrote was changed by someone else: the agent steps aside for that device
+//! (and neither restores nor touches it).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -36,7 +37,19 @@ struct Values {
 #[derive(Debug, Clone)]
 struct Entry {
     original: Values,
-    ours: Values,
+    /// What the knobs held after the agent's last write to them.  None
+    /// while a write is under way (journaled as `*`): a kill then leaves
+    /// them anywhere between the old values and the new, and the new
+    /// ceiling is a ratio the kernel computes from max_bytes, unknown
+    /// before the write — whatever they read is the agent's doing.
+    ours: Option<Values>,
+}
+
+impl Entry {
+    /// Whether knobs reading `now` still hold what the agent left there.
+    fn holds_ours(&self, now: &Values) -> bool {
+        self.ours.as_ref().is_none_or(|ours| ours == now)
+    }
 }
 
 pub struct Pacer {
@@ -84,28 +97,26 @@ impl Pacer {
             return Ok(false);
         }
         let now = self.read(bdi)?;
+        let first = !self.paced.contains_key(bdi);
         let original = match self.paced.get(bdi) {
-            Some(e) if e.ours != now => {
+            Some(e) if !e.holds_ours(&now) => {
                 self.step_aside(bdi, &now);
                 return Ok(false);
             }
             Some(e) => e.original.clone(),
             None => now,
         };
-        // Journal first: a crash between the writes must not lose the
-        // administrator's values.
-        let first = !self.paced.contains_key(bdi);
-        if first {
-            self.paced.insert(bdi.to_owned(), Entry { original: original.clone(), ours: original.clone() });
-            self.save_journal()?;
-        }
+        // Journal first, before every write and not only the first one: a
+        // kill between a re-pace's writes must not lose the administrator's
+        // values either.
+        self.journal_writing(bdi, &original)?;
         let wrote = self.write_cap(bdi, budget);
         // Succeeded or not, what the knobs hold now is the agent's doing:
         // release compares against it (keeping the entry of an earlier
         // value here made a refused re-pace look like the administrator's
         // hand, and strict_limit stayed set).
         let ours = self.read(bdi)?;
-        self.paced.insert(bdi.to_owned(), Entry { original, ours });
+        self.paced.insert(bdi.to_owned(), Entry { original, ours: Some(ours) });
         self.save_journal()?;
         wrote?;
         if first {
@@ -125,13 +136,33 @@ impl Pacer {
         write_knob(&self.knob(bdi, "strict_limit"), "1")
     }
 
+    /// Journals that the agent is about to write `bdi`'s knobs.  If that
+    /// fails nothing changed, and the caller must not write.
+    fn journal_writing(&mut self, bdi: &str, original: &Values) -> Result<()> {
+        let before = self.paced.insert(bdi.to_owned(), Entry { original: original.clone(), ours: None });
+        let saved = self.save_journal();
+        if saved.is_err() {
+            match before {
+                Some(e) => self.paced.insert(bdi.to_owned(), e),
+                None => self.paced.remove(bdi),
+            };
+        }
+        saved
+    }
+
     /// Puts the administrator's values back on `bdi`.
     pub fn release(&mut self, bdi: &str) {
-        let Some(e) = self.paced.remove(bdi) else {
+        let Some(e) = self.paced.get(bdi).cloned() else {
             return;
         };
         match self.read(bdi) {
-            Ok(now) if now == e.ours => {
+            Ok(now) if e.holds_ours(&now) => {
+                // Restoring is two writes too: killed between them, the
+                // knobs hold neither the agent's values nor the original.
+                // Without a journal, restoring still beats leaving them.
+                if let Err(err) = self.journal_writing(bdi, &e.original) {
+                    tracing::warn!(bdi, error = %format!("{err:#}"), "restoring bdi limits without a journal");
+                }
                 if let Err(err) = self.write(bdi, &e.original) {
                     tracing::warn!(bdi, error = %format!("{err:#}"), "could not restore bdi limits");
                 } else {
@@ -143,6 +174,7 @@ impl Pacer {
                 tracing::warn!(bdi, error = %format!("{err:#}"), "bdi gone before its limits were restored")
             }
         }
+        self.paced.remove(bdi);
         let _ = self.save_journal();
     }
 
@@ -170,6 +202,8 @@ impl Pacer {
         let Ok(text) = fs::read_to_string(&self.journal) else {
             return;
         };
+        // Every entry first: each release rewrites the journal with the
+        // entries still to do, so a recovery killed midway loses none.
         for line in text.lines() {
             let f: Vec<&str> = line.split('\t').collect();
             let [bdi, o_ratio, o_strict, w_ratio, w_strict] = f[..] else {
@@ -177,13 +211,21 @@ impl Pacer {
                 continue;
             };
             let v = |r: &str, s: &str| Values { max_ratio_fine: r.into(), strict_limit: s.into() };
-            let e = Entry { original: v(o_ratio, o_strict), ours: v(w_ratio, w_strict) };
-            tracing::info!(bdi, "restoring bdi limits left set by a previous run");
+            let ours = (w_ratio, w_strict) != ("*", "*");
+            let e = Entry { original: v(o_ratio, o_strict), ours: ours.then(|| v(w_ratio, w_strict)) };
             self.paced.insert(bdi.to_owned(), e);
-            self.recovered += 1;
-            self.release(bdi);
         }
-        self.paced.clear();
+        self.recovered = self.paced.len();
+        let bdis: Vec<String> = self.paced.keys().cloned().collect();
+        for bdi in bdis {
+            tracing::info!(bdi, "restoring bdi limits left set by a previous run");
+            self.release(&bdi);
+        }
+        // A device changed by hand since is the administrator's again: this
+        // run may pace it, journaling its values as they are now (a stale
+        // entry for a loop device number used again must not keep it
+        // unpaced either).
+        self.hands_off.clear();
         let _ = fs::remove_file(&self.journal);
     }
 
@@ -194,13 +236,16 @@ impl Pacer {
         }
         let mut text = String::new();
         for (bdi, e) in &self.paced {
-            let (o, w) = (&e.original, &e.ours);
-            text +=
-                &format!("{bdi}\t{}\t{}\t{}\t{}\n", o.max_ratio_fine, o.strict_limit, w.max_ratio_fine, w.strict_limit);
+            let o = &e.original;
+            let (w_ratio, w_strict) = e.ours.as_ref().map_or(("*", "*"), |w| (&w.max_ratio_fine, &w.strict_limit));
+            text += &format!("{bdi}\t{}\t{}\t{w_ratio}\t{w_strict}\n", o.max_ratio_fine, o.strict_limit);
         }
         if let Some(dir) = self.journal.parent() {
             fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
+        // Written aside and renamed into place: a kill leaves the old
+        // journal or the new one, never a part.  No fsync: /run is tmpfs,
+        // and a power loss takes the knobs' values with it too.
         let tmp = self.journal.with_extension("tmp");
         fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
         fs::rename(&tmp, &self.journal).with_context(|| format!("writing {}", self.journal.display()))
@@ -304,6 +349,37 @@ mod tests {
         let _p = fs_.pacer();
         assert_eq!(fs_.get("strict_limit"), "0");
         assert_eq!(fs_.get("max_ratio_fine"), "1000000");
+    }
+
+    #[test]
+    fn killed_mid_write_the_next_run_restores_whatever_the_knobs_read() {
+        let fs_ = FakeSysfs::new("midwrite");
+        let mut p = fs_.pacer();
+        assert!(p.pace("7:0", 100 << 20).unwrap());
+        fs_.settle();
+        // Killed in a re-pace, after its journal entry and one knob write:
+        // the knobs hold neither the first pace's values nor the original.
+        let original = p.paced["7:0"].original.clone();
+        p.journal_writing("7:0", &original).unwrap();
+        fs_.set("max_ratio_fine", "1925");
+        std::mem::forget(p);
+        let p = fs_.pacer();
+        assert_eq!(p.recovered(), 1);
+        assert_eq!((fs_.get("max_ratio_fine"), fs_.get("strict_limit")), ("1000000".into(), "0".into()));
+        assert!(!fs_.dir.join("journal").exists());
+    }
+
+    #[test]
+    fn a_stale_entry_does_not_keep_a_device_unpaced() {
+        let fs_ = FakeSysfs::new("stale");
+        // A killed run's entry for a device whose knobs were put back by
+        // other means since (or a loop device number used again).
+        fs::write(fs_.dir.join("journal"), "7:0\t1000000\t0\t104857\t1\n").unwrap();
+        let mut p = fs_.pacer();
+        assert_eq!(fs_.get("strict_limit"), "0");
+        assert!(p.pace("7:0", 100 << 20).unwrap(), "this run paces the device");
+        p.release("7:0");
+        assert_eq!(fs_.get("strict_limit"), "0");
     }
 
     #[test]
