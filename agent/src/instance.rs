@@ -14,9 +14,28 @@ use std::{
     path::Path,
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 pub const LOCK: &str = "/run/writebehindd/lock";
+
+/// Why a claim was refused: another process holds the lock.
+#[derive(Debug)]
+pub struct Running {
+    lock: String,
+    /// As that process wrote it into the lock file; empty if it had not yet.
+    pid: String,
+}
+
+impl std::fmt::Display for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self.pid.as_str() {
+            "" => write!(f, "writebehindd is already running (it holds {})", self.lock),
+            pid => write!(f, "writebehindd is already running as pid {pid} (it holds {})", self.lock),
+        }
+    }
+}
+
+impl std::error::Error for Running {}
 
 /// This process's claim on the knobs and the journal; released on exit.
 pub struct Instance {
@@ -24,7 +43,7 @@ pub struct Instance {
 }
 
 impl Instance {
-    /// Takes the lock, or fails naming the process that holds it.
+    /// Takes the lock; fails with `Running` if another process holds it.
     pub fn claim(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -45,11 +64,7 @@ impl Instance {
             }
             let mut pid = String::new();
             let _ = file.read_to_string(&mut pid);
-            let who = match pid.trim() {
-                "" => String::new(),
-                pid => format!(" as pid {pid}"),
-            };
-            bail!("writebehindd is already running{who} (it holds {})", path.display());
+            return Err(Running { lock: path.display().to_string(), pid: pid.trim().to_owned() }.into());
         }
         // For the message above, shown to an instance started by mistake.
         file.set_len(0)?;

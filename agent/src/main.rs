@@ -178,12 +178,14 @@ fn main() -> ExitCode {
     // Before anything reads or writes the journal, the knobs or the programs.
     let _instance = match Instance::claim(Path::new(instance::LOCK)) {
         Ok(i) => i,
-        Err(e) if args.restore => {
-            eprintln!("writebehindd --restore: refused: {e:#}; it restores the bdi limits itself when it stops");
-            return ExitCode::FAILURE;
-        }
         Err(e) => {
-            eprintln!("writebehindd: not starting a second instance: {e:#}");
+            if !e.is::<instance::Running>() {
+                eprintln!("writebehindd: {e:#}");
+            } else if args.restore {
+                eprintln!("writebehindd --restore: refused: {e}; it restores the bdi limits itself when it stops");
+            } else {
+                eprintln!("writebehindd: not starting a second instance: {e}");
+            }
             return ExitCode::FAILURE;
         }
     };
