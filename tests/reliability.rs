@@ -336,7 +336,8 @@ fn writer_killed_mid_write_keeps_its_data() -> Result<()> {
 
 /// More streams than --max-streams: the excess is left to the kernel and
 /// counted, one log line says so, the agent holds no more files than the
-/// cap, and every file is intact.
+/// cap, and every file is intact.  (All writers here are root's, so they
+/// reach the one-user share, half the cap, first.)
 #[test]
 fn streams_beyond_the_cap_are_left_to_the_kernel() -> Result<()> {
     require_root();
@@ -364,7 +365,7 @@ fn streams_beyond_the_cap_are_left_to_the_kernel() -> Result<()> {
         .unwrap_or(0);
     println!("{n} streams, cap 8: peak {fds} fds in the agent ({base} before), {over} spans left to the kernel");
     assert!(over > 0, "the cap was never hit:\n{log}");
-    assert_eq!(log.matches("too many streams").count(), 1, "{log}");
+    assert_eq!(log.matches("new ones are left to the kernel").count(), 1, "{log}");
     // A file and a pidfd per stream, plus a mount root and a closed file
     // while a batch flushes.
     assert!(fds <= base + 2 * 8 + 4, "the agent held {fds} fds ({base} before) with a cap of 8");
