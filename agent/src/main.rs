@@ -176,18 +176,8 @@ fn main() -> ExitCode {
         };
     }
     // Before anything reads or writes the journal, the knobs or the programs.
-    let _instance = match Instance::claim(Path::new(instance::LOCK)) {
-        Ok(i) => i,
-        Err(e) => {
-            if !e.is::<instance::Running>() {
-                eprintln!("writebehindd: {e:#}");
-            } else if args.restore {
-                eprintln!("writebehindd --restore: refused: {e}; it restores the bdi limits itself when it stops");
-            } else {
-                eprintln!("writebehindd: not starting a second instance: {e}");
-            }
-            return ExitCode::FAILURE;
-        }
+    let Some(_instance) = claim(args.restore) else {
+        return ExitCode::FAILURE;
     };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
@@ -215,6 +205,35 @@ fn main() -> ExitCode {
     }
 }
 
+/// This process as the only one acting on the knobs and the journal, until
+/// it exits; or None, having said why not.
+fn claim(restore: bool) -> Option<Instance> {
+    // Refusals that change nothing come first: without root the lock's
+    // directory is out of reach, and the error would not say why.
+    let checked = if !restore {
+        loader::check_environment()
+    } else if !writebehindd::sys::is_root() {
+        Err(anyhow::anyhow!("--restore must run as root: it writes bdi settings"))
+    } else {
+        Ok(())
+    };
+    match checked.and_then(|()| Instance::claim(Path::new(instance::LOCK))) {
+        Ok(instance) => Some(instance),
+        Err(e) if !e.is::<instance::Running>() => {
+            eprintln!("writebehindd: {e:#}");
+            None
+        }
+        Err(e) if restore => {
+            eprintln!("writebehindd --restore: refused: {e}; it restores the bdi limits itself when it stops");
+            None
+        }
+        Err(e) => {
+            eprintln!("writebehindd: not starting a second instance: {e}");
+            None
+        }
+    }
+}
+
 /// `--restore`: after a daemon was killed (systemd's SIGKILL at its stop
 /// timeout; the unit's ExecStopPost runs this), the recovery every start
 /// runs, without starting.
@@ -226,7 +245,6 @@ fn restore() {
 }
 
 fn run(set: PolicySet, args: Args) -> Result<()> {
-    loader::check_environment()?;
     // Signals first: a SIGTERM that arrives while the programs are being
     // attached must stop the daemon cleanly (restoring what it changed),
     // not kill it with the default action.
