@@ -234,7 +234,12 @@ fn killed_at_any_knob_write_the_values_come_back() -> Result<()> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
         Ok(status.lines().any(|l| l.starts_with("TracerPid:") && l.split_whitespace().nth(1) != Some("0")))
     };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !traced()? {
+        if let Some(st) = strace.try_wait()? {
+            anyhow::bail!("strace -p {pid} exited ({st}) before attaching");
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "strace -p {pid} not attached after 10 s");
         std::thread::sleep(Duration::from_millis(20));
     }
     unsafe { libc::kill(daemon.pid() as i32, libc::SIGTERM) };
