@@ -93,12 +93,20 @@ struct Mount {
     /// stat(2)'s device of the mount root when learned: a root opened later
     /// with another device means the path no longer leads to this mount.
     root_dev: u64,
-    /// btrfs: the mounted subvolume's root objectid, for events that lack
-    /// it (see `open`).
-    subvol: Option<u64>,
+    /// btrfs: every subvolume mounted here, for events that lack theirs
+    /// (see `open`).
+    subvols: Vec<Subvol>,
     /// Open only while a batch is being flushed: an fd held on a filesystem
     /// makes umount fail with EBUSY.
     root: Option<OwnedFd>,
+}
+
+/// A mounted btrfs subvolume: its root objectid and the device stat(2)
+/// reports for its files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Subvol {
+    id: u64,
+    st_dev: u64,
 }
 
 /// Mounts by superblock device, learned on first use; None when a filesystem cannot be
@@ -143,35 +151,26 @@ impl Handles {
         // BPF reads the subvolume of a btrfs inode through btrfs_inode's
         // BTF, which kernels with btrfs as a module (Debian's) keep in the
         // module's BTF, out of CO-RE's reach: then fs_root is 0 and st_dev
-        // is the superblock's.  The mounted subvolume is the likely one;
-        // the (st_dev, ino) check below rejects any other.
-        let f = &match (mount.subvol, f.fs_root) {
-            (Some(root_id), 0) => ClosedFile { fs_root: root_id, st_dev: mount.root_dev, ..*f },
-            _ => *f,
+        // is the superblock's.  Each mounted subvolume is tried in turn;
+        // one holding no such inode answers ESTALE.  The check after
+        // opening cannot tell the subvolumes apart here: an inode of the
+        // same number and generation in another mounted subvolume (made
+        // in the same transaction) would be flushed instead, early
+        // writeback of someone's data, nothing worse.
+        let guesses: Vec<ClosedFile> = match (mount.layout, f.fs_root) {
+            (Layout::Btrfs, 0) => {
+                mount.subvols.iter().map(|s| ClosedFile { fs_root: s.id, st_dev: s.st_dev, ..*f }).collect()
+            }
+            _ => vec![*f],
         };
-        let bytes = mount.layout.encode(f).ok_or(ErrorKind::NoHandle)?;
-        let mut h = FileHandle {
-            handle_bytes: bytes.len() as u32,
-            handle_type: mount.layout.handle_type(),
-            f_handle: [0; MAX_HANDLE_SZ],
-        };
-        h.f_handle[..bytes.len()].copy_from_slice(&bytes);
-        let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
-        let fd =
-            unsafe { libc::syscall(libc::SYS_open_by_handle_at, root.as_raw_fd(), &mut h as *mut FileHandle, flags) };
-        if fd < 0 {
-            return Err(match io::Error::last_os_error().raw_os_error() {
-                Some(libc::ESTALE) | Some(libc::ENOENT) => ErrorKind::FileGone,
-                Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
-                _ => ErrorKind::Other,
-            });
+        let mut err = ErrorKind::NoHandle;
+        for g in &guesses {
+            match open_handle(root, mount.layout, g) {
+                Ok(file) => return Ok(file),
+                Err(e) => err = e,
+            }
         }
-        let file = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        let st = sys::fstat(file.as_raw_fd()).map_err(|_| ErrorKind::Other)?;
-        if st.st_ino != f.ino || st.st_dev != f.st_dev || (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
-            return Err(ErrorKind::IdentityMismatch);
-        }
-        Ok(file)
+        Err(err)
     }
 
     /// Closes the mount roots opened for a batch.
@@ -180,6 +179,33 @@ impl Handles {
             m.root = None;
         }
     }
+}
+
+/// Opens `f` by handle through the mount whose root is `root`, and checks
+/// it is the inode BPF saw.
+fn open_handle(root: &OwnedFd, layout: Layout, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
+    let bytes = layout.encode(f).ok_or(ErrorKind::NoHandle)?;
+    let mut h = FileHandle {
+        handle_bytes: bytes.len() as u32,
+        handle_type: layout.handle_type(),
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    h.f_handle[..bytes.len()].copy_from_slice(&bytes);
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
+    let fd = unsafe { libc::syscall(libc::SYS_open_by_handle_at, root.as_raw_fd(), &mut h as *mut FileHandle, flags) };
+    if fd < 0 {
+        return Err(match io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESTALE) | Some(libc::ENOENT) => ErrorKind::FileGone,
+            Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
+            _ => ErrorKind::Other,
+        });
+    }
+    let file = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let st = sys::fstat(file.as_raw_fd()).map_err(|_| ErrorKind::Other)?;
+    if st.st_ino != f.ino || st.st_dev != f.st_dev || (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
+        return Err(ErrorKind::IdentityMismatch);
+    }
+    Ok(file)
 }
 
 fn open_dir(path: &str) -> io::Result<OwnedFd> {
@@ -193,12 +219,34 @@ fn open_dir(path: &str) -> io::Result<OwnedFd> {
 
 /// Finds where sb_dev is mounted and which handle layout its filesystem uses.
 fn learn(sb_dev: u64) -> Option<Mount> {
-    let (major, minor) = (libc::major(sb_dev), libc::minor(sb_dev));
-    let Some(path) = mount_point(&format!("{major}:{minor}")) else {
-        tracing::warn!(dev = %format!("{major}:{minor}"), "filesystem not mounted in the daemon's namespace: closed files there are left to the kernel");
+    let dev = format!("{}:{}", libc::major(sb_dev), libc::minor(sb_dev));
+    let paths = mount_points(&dev);
+    if paths.is_empty() {
+        tracing::warn!(%dev, "filesystem not mounted in the daemon's namespace: closed files there are left to the kernel");
         return None;
-    };
-    let root = match open_dir(&path) {
+    }
+    let mut learned: Option<Mount> = None;
+    for path in paths {
+        let Some((layout, root_dev, subvol)) = probe(&path) else { continue };
+        match &mut learned {
+            None => learned = Some(Mount { path, layout, root_dev, subvols: subvol.into_iter().collect(), root: None }),
+            Some(m) => m.subvols.extend(subvol.filter(|s| !m.subvols.contains(s))),
+        }
+        // Other filesystems need one mount; btrfs, every mounted subvolume.
+        if layout != Layout::Btrfs {
+            break;
+        }
+    }
+    let m = learned?;
+    let subvols: Vec<u64> = m.subvols.iter().map(|s| s.id).collect();
+    tracing::info!(mount = %m.path, layout = ?m.layout, ?subvols, "closed files on this filesystem are reached by file handle");
+    Some(m)
+}
+
+/// The handle layout of the filesystem mounted at `path`, its root's
+/// device and (btrfs) subvolume; None, logged, if it cannot be used.
+fn probe(path: &str) -> Option<(Layout, u64, Option<Subvol>)> {
+    let root = match open_dir(path) {
         Ok(root) => root,
         Err(e) => {
             tracing::warn!(mount = %path, error = %e, "cannot open mount root: closed files there are left to the kernel");
@@ -219,29 +267,34 @@ fn learn(sb_dev: u64) -> Option<Mount> {
         )
     };
     let root_st = sys::fstat(root.as_raw_fd()).ok()?;
-    let root_ino = root_st.st_ino;
     let layout = (r == 0)
         .then(|| Layout::of_type(h.handle_type))
         .flatten()
-        .filter(|l| l.decode_ino(&h.f_handle[..h.handle_bytes as usize]) == Some(root_ino));
-    match layout {
-        Some(layout) => {
-            tracing::info!(mount = %path, ?layout, "closed files on this filesystem are reached by file handle");
-            let subvol =
-                (layout == Layout::Btrfs).then(|| h.f_handle[8..16].try_into().ok().map(u64::from_ne_bytes)).flatten();
-            Some(Mount { path, layout, root_dev: root_st.st_dev, subvol, root: None })
-        }
-        None => {
-            tracing::warn!(mount = %path, handle_type = h.handle_type, "unknown file handle layout: closed files there are left to the kernel");
-            None
-        }
-    }
+        .filter(|l| l.decode_ino(&h.f_handle[..h.handle_bytes as usize]) == Some(root_st.st_ino));
+    let Some(layout) = layout else {
+        tracing::warn!(mount = %path, handle_type = h.handle_type, "unknown file handle layout: closed files there are left to the kernel");
+        return None;
+    };
+    let subvol = (layout == Layout::Btrfs)
+        .then(|| h.f_handle[8..16].try_into().ok().map(u64::from_ne_bytes))
+        .flatten()
+        .map(|id| Subvol { id, st_dev: root_st.st_dev });
+    Some((layout, root_st.st_dev, subvol))
 }
 
-/// The mount point of the filesystem with device "major:minor" (its root
-/// mounted, not a bind mount of a subdirectory).
-fn mount_point(dev: &str) -> Option<String> {
-    crate::sys::mounts().into_iter().find(|m| m.dev == dev && m.root == "/").map(|m| m.mount_point)
+/// Where the filesystem with device "major:minor" is mounted, a mount of
+/// its root first.  Mounts of a subdirectory or (btrfs) of a subvolume
+/// serve too: a handle names an inode of the whole filesystem, and with
+/// CAP_DAC_READ_SEARCH open_by_handle_at(2) opens it through any mount of
+/// it, inside the mount's subtree or not (the subtree check applies to
+/// callers without the capability).  Fedora, openSUSE and Ubuntu mount
+/// btrfs only as subvolumes (subvol=root, subvol=@home).  The open is
+/// read-only and checked against (st_dev, ino), so reaching a file outside
+/// the mounted subtree shows the daemon nothing it could not open anyway.
+fn mount_points(dev: &str) -> Vec<String> {
+    let mut mounts: Vec<_> = crate::sys::mounts().into_iter().filter(|m| m.dev == dev).collect();
+    mounts.sort_by_key(|m| m.root != "/");
+    mounts.into_iter().map(|m| m.mount_point).collect()
 }
 
 #[cfg(test)]
@@ -266,6 +319,6 @@ mod tests {
         let st = std::fs::metadata("/").unwrap();
         use std::os::unix::fs::MetadataExt;
         let dev = format!("{}:{}", libc::major(st.dev()), libc::minor(st.dev()));
-        assert_eq!(mount_point(&dev).as_deref(), Some("/"));
+        assert_eq!(mount_points(&dev).first().map(String::as_str), Some("/"));
     }
 }

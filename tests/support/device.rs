@@ -150,6 +150,62 @@ impl Mounted {
     }
 }
 
+impl Mounted {
+    /// btrfs with a subvolume `name` and only that mounted (`-o subvol=`),
+    /// as Fedora, openSUSE and Ubuntu mount / and /home: the top-level
+    /// subvolume is mounted nowhere.
+    pub fn btrfs_subvolume(device: LoopDevice, name: &str) -> Result<Self> {
+        let fs = Self::new(device, "btrfs")?;
+        run(Command::new("btrfs").args(["subvolume", "create"]).arg(fs.path(name)))?;
+        fs.remount_with(&format!("subvol={name}"))?;
+        Ok(fs)
+    }
+
+    /// Unmount and mount again with `-o options`.
+    pub fn remount_with(&self, options: &str) -> Result<()> {
+        run(Command::new("umount").arg(&self.dir))?;
+        run(Command::new("mount").args(["-o", options]).arg(&self.device.dev).arg(&self.dir))?;
+        Ok(())
+    }
+}
+
+/// The device mountinfo lists for the mount at `dir` ("major:minor"; on
+/// btrfs the superblock's, not the one stat(2) reports).
+pub fn mountinfo_dev(dir: &Path) -> Result<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let dir = dir.to_string_lossy();
+    info.lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.get(4) == Some(&&*dir))
+        .and_then(|f| f.get(2).map(|d| d.to_string()))
+        .with_context(|| format!("{dir} is not in mountinfo"))
+}
+
+/// A bind mount of a directory, unmounted on drop (before the filesystem
+/// it shows: hold it after the `Mounted`).
+pub struct BindMount {
+    pub dir: PathBuf,
+}
+
+impl BindMount {
+    pub fn new(source: &Path, tag: &str) -> Result<Self> {
+        let dir = PathBuf::from(format!("/mnt/wb-bind-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let bind = Self { dir };
+        run(Command::new("mount").arg("--bind").arg(source).arg(&bind.dir))?;
+        Ok(bind)
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        if Command::new("umount").arg(&self.dir).status().map(|s| !s.success()).unwrap_or(true) {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
 impl Drop for Mounted {
     fn drop(&mut self) {
         if Command::new("umount").arg(&self.dir).status().map(|s| !s.success()).unwrap_or(true) {
