@@ -41,7 +41,9 @@ struct Entry {
     /// while a write is under way (journaled as `*`): a kill then leaves
     /// them anywhere between the old values and the new, and the new
     /// ceiling is a ratio the kernel computes from max_bytes, unknown
-    /// before the write — whatever they read is the agent's doing.
+    /// before the write — whatever they read is the agent's doing.  (The
+    /// price: a change by hand between such a kill and the next start is
+    /// undone; the kill had to land within one write for that.)
     ours: Option<Values>,
 }
 
@@ -64,7 +66,9 @@ pub struct Pacer {
 
 impl Pacer {
     /// A pacer for the real sysfs, after putting back what a previous run
-    /// of the daemon left set (it crashed or was killed).
+    /// of the daemon left set (it crashed or was killed); `writebehindd
+    /// --restore` is this alone.  One process at a time: the caller holds
+    /// the daemon's instance lock.
     pub fn new() -> Self {
         Self::with_paths(SYSFS_BDI.into(), JOURNAL.into())
     }
