@@ -62,6 +62,8 @@ pub struct Pacer {
     hands_off: HashSet<String>,
     /// Devices a previous run had journaled, found at start.
     recovered: usize,
+    /// Inside recover(): stepping aside is not for the whole run.
+    recovering: bool,
 }
 
 impl Pacer {
@@ -74,7 +76,8 @@ impl Pacer {
     }
 
     pub fn with_paths(root: PathBuf, journal: PathBuf) -> Self {
-        let mut me = Self { root, journal, paced: HashMap::new(), hands_off: HashSet::new(), recovered: 0 };
+        let mut me =
+            Self { root, journal, paced: HashMap::new(), hands_off: HashSet::new(), recovered: 0, recovering: false };
         me.recover();
         me
     }
@@ -191,9 +194,12 @@ impl Pacer {
     }
 
     fn step_aside(&mut self, bdi: &str, now: &Values) {
+        // At start-up (recover) the device may be paced again later, from
+        // the values it has now; while running it is not.
+        let then = if self.recovering { "" } else { "not pacing this device any more, and " };
         tracing::warn!(
             bdi, max_ratio_fine = %now.max_ratio_fine, strict_limit = %now.strict_limit,
-            "bdi limits changed by someone else: not pacing this device any more, and leaving them as they are"
+            "bdi limits changed by someone else: {then}leaving them as they are"
         );
         self.paced.remove(bdi);
         self.hands_off.insert(bdi.to_owned());
@@ -221,10 +227,12 @@ impl Pacer {
         }
         self.recovered = self.paced.len();
         let bdis: Vec<String> = self.paced.keys().cloned().collect();
+        self.recovering = true;
         for bdi in bdis {
             tracing::info!(bdi, "restoring bdi limits left set by a previous run");
             self.release(&bdi);
         }
+        self.recovering = false;
         // A device changed by hand since is the administrator's again: this
         // run may pace it, journaling its values as they are now (a stale
         // entry for a loop device number used again must not keep it

@@ -75,9 +75,7 @@ impl Daemon {
 
     fn spawn(l: Launch) -> Result<Self> {
         let Launch { wrapper, exe, policy, args, log_filter } = l;
-        // WB_TEST_DAEMON: another build, e.g. to show a new test fails on the old code.
-        let default_exe =
-            std::env::var_os("WB_TEST_DAEMON").map_or_else(|| bin_dir().join("writebehindd"), PathBuf::from);
+        let default_exe = daemon_exe();
         let exe = exe.unwrap_or(&default_exe);
         if !exe.exists() {
             bail!("{} is not built: run `cargo xtask test`, which builds it first", exe.display());
@@ -243,7 +241,7 @@ impl Drop for Daemon {
 pub fn run_writebehindd(args: &[&str], within: Duration) -> Result<(ExitStatus, String)> {
     let scratch = Scratch::new("run")?;
     let out = scratch.0.join("out");
-    let mut child = Command::new(bin_dir().join("writebehindd"))
+    let mut child = Command::new(daemon_exe())
         .args(args)
         .stdin(Stdio::null())
         .stdout(File::create(&out)?)
@@ -273,6 +271,12 @@ fn wait_child(child: &mut Child, within: Duration) -> Result<Option<ExitStatus>>
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The daemon binary tests run: this workspace's, or WB_TEST_DAEMON (another
+/// build, e.g. to show that a new test fails on the old code).
+pub fn daemon_exe() -> PathBuf {
+    std::env::var_os("WB_TEST_DAEMON").map_or_else(|| bin_dir().join("writebehindd"), PathBuf::from)
 }
 
 /// The value of `key=value` in a daemon log line.
