@@ -1,5 +1,5 @@
 //! cargo xtask install / uninstall: the files a system service needs, in the
-//! standard places, under --root (default /).
+//! standard places (layout::LOCAL), under --root (default /).
 
 use std::{
     fs,
@@ -9,27 +9,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-/// (source in the repository or build, destination under the root, mode)
-fn files() -> Vec<(PathBuf, &'static str, u32)> {
-    vec![
-        (crate::release_bin("writebehindd"), "usr/local/bin/writebehindd", 0o755),
-        (crate::release_bin("wbctl"), "usr/local/bin/wbctl", 0o755),
-        ("systemd/writebehindd.service".into(), "etc/systemd/system/writebehindd.service", 0o644),
-        ("README.md".into(), "usr/local/share/doc/writebehindd/README.md", 0o644),
-        ("policies/README.md".into(), "usr/local/share/doc/writebehindd/policies.md", 0o644),
-        ("policies/default.toml".into(), "usr/local/share/doc/writebehindd/default.toml", 0o644),
-        ("policies/examples/backup.toml".into(), "usr/local/share/doc/writebehindd/examples/backup.toml", 0o644),
-        (
-            "policies/examples/database-off.toml".into(),
-            "usr/local/share/doc/writebehindd/examples/database-off.toml",
-            0o644,
-        ),
-        ("policies/examples/desktop.toml".into(), "usr/local/share/doc/writebehindd/examples/desktop.toml", 0o644),
-    ]
-}
-
-const COMPLETION: &str = "usr/local/share/bash-completion/completions/wbctl";
-const POLICY_DIR: &str = "etc/writebehindd/policies.d";
+use crate::layout::{LOCAL, POLICY_DIR};
 
 fn root(args: &[String]) -> Result<PathBuf> {
     match args {
@@ -42,23 +22,34 @@ fn root(args: &[String]) -> Result<PathBuf> {
 pub fn install(args: &[String]) -> Result<()> {
     let root = root(args)?;
     crate::cargo(&["build", "--release", "-p", "writebehindd"])?;
-    for (src, dst, mode) in files() {
-        let dst = root.join(dst);
+    for f in LOCAL.files()? {
+        let dst = root.join(&f.dst);
         fs::create_dir_all(dst.parent().unwrap())?;
-        fs::copy(&src, &dst).with_context(|| format!("installing {} to {}", src.display(), dst.display()))?;
+        fs::copy(&f.src, &dst).with_context(|| format!("installing {} to {}", f.src.display(), dst.display()))?;
         use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(&dst, fs::Permissions::from_mode(mode))?;
+        fs::set_permissions(&dst, fs::Permissions::from_mode(f.mode))?;
         println!("installed {}", dst.display());
     }
-    let completion = Command::new(crate::release_bin("wbctl")).args(["completions", "bash"]).output()?;
-    let dst = root.join(COMPLETION);
-    fs::create_dir_all(dst.parent().unwrap())?;
-    fs::write(&dst, completion.stdout)?;
+    for (shell, dst) in LOCAL.completions() {
+        let dst = root.join(dst);
+        fs::create_dir_all(dst.parent().unwrap())?;
+        fs::write(&dst, completion(shell)?)?;
+        println!("installed {}", dst.display());
+    }
     fs::create_dir_all(root.join(POLICY_DIR))?;
-    println!("installed {}; policy drop-ins go in {}", dst.display(), root.join(POLICY_DIR).display());
+    println!("policy drop-ins go in {}", root.join(POLICY_DIR).display());
     reload_systemd(&root);
     println!("now: systemctl enable --now writebehindd");
     Ok(())
+}
+
+/// wbctl's completion script for `shell`, from the release build.
+pub fn completion(shell: &str) -> Result<Vec<u8>> {
+    let out = Command::new(crate::release_bin("wbctl")).args(["completions", shell]).output()?;
+    if !out.status.success() {
+        bail!("wbctl completions {shell}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(out.stdout)
 }
 
 pub fn uninstall(args: &[String]) -> Result<()> {
@@ -66,7 +57,8 @@ pub fn uninstall(args: &[String]) -> Result<()> {
     if root == Path::new("/") {
         let _ = Command::new("systemctl").args(["disable", "--now", "writebehindd"]).status();
     }
-    for dst in files().iter().map(|f| f.1).chain([COMPLETION]) {
+    let installed = LOCAL.files()?.into_iter().map(|f| f.dst).chain(LOCAL.completions().map(|c| c.1));
+    for dst in installed {
         let p = root.join(dst);
         match fs::remove_file(&p) {
             Ok(()) => println!("removed {}", p.display()),
@@ -74,8 +66,8 @@ pub fn uninstall(args: &[String]) -> Result<()> {
             Err(e) => return Err(e).with_context(|| format!("removing {}", p.display())),
         }
     }
-    let _ = fs::remove_dir(root.join("usr/local/share/doc/writebehindd/examples"));
-    let _ = fs::remove_dir(root.join("usr/local/share/doc/writebehindd"));
+    let _ = fs::remove_dir(root.join(LOCAL.doc_dir).join("examples"));
+    let _ = fs::remove_dir(root.join(LOCAL.doc_dir));
     // Policies are the administrator's: an empty drop-in directory goes, a
     // used one stays.
     let _ = fs::remove_dir(root.join(POLICY_DIR));

@@ -7,6 +7,7 @@
 
 mod bench;
 mod install;
+mod layout;
 mod vmtest;
 
 use std::process::{Command, ExitCode};
