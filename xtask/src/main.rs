@@ -4,8 +4,10 @@
 //!   cargo xtask test            build everything, run every test (root; real BPF)
 //!   cargo xtask vmtest          the tests on a stock kernel under qemu (fentry backend)
 //!   cargo xtask bench [--quick] measure write-behind against the alternatives
+//!   cargo xtask deb [--check]   build the Debian package (and check it)
 
 mod bench;
+mod deb;
 mod install;
 mod layout;
 mod vmtest;
@@ -28,7 +30,9 @@ commands:
   install [--root DIR]    build (release) and install the daemon, wbctl, the systemd unit,
                           completions and docs under DIR (default /); then
                           systemctl enable --now writebehindd
-  uninstall [--root DIR]  remove what install put there (policies in /etc are kept)";
+  uninstall [--root DIR]  remove what install put there (policies in /etc are kept)
+  deb [--check]      build target/deb/writebehindd_<version>_<arch>.deb (release); --check, which
+                     `test` runs: its contents, lintian, install/upgrade/remove/purge in a throwaway root";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -41,6 +45,9 @@ fn main() -> ExitCode {
         Some("overhead") => vmtest::overhead(&args[1..]),
         Some("install") => install::install(&args[1..]),
         Some("uninstall") => install::uninstall(&args[1..]),
+        Some("deb") => deb::main(&args[1..]),
+        // Run by `deb --check`, in a mount namespace of its own.
+        Some("deb-tryout") => deb::tryout(&args[1..]),
         // The bench's in-application writers (Linus's loop, RWF_DONTCACHE).
         Some("writer") => bench::writer::main(&args[1..]),
         Some("-h" | "--help") | None => {
@@ -100,6 +107,8 @@ fn test(args: &[String]) -> Result<()> {
     cmd.extend(["--", "--test-threads=1"]);
     cargo(&cmd)?;
     if args.is_empty() {
+        // The package: what it holds, lintian, dpkg install and purge.
+        deb::main(&["--check".into()])?;
         // The bench is not a test, but its harness is: set up the throttled
         // device, one short run per mode, tear down.
         bench::main(&["--smoke".into(), "--out".into(), "target/bench/smoke".into()])?;
