@@ -157,11 +157,51 @@ pub fn copyright() -> Result<String> {
         other => bail!("no Debian license name for {other:?}: add it to xtask/src/deb/control.rs"),
     };
     Ok(format!(
-        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\nUpstream-Name: {PACKAGE}\n\n\
+        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\nUpstream-Name: {PACKAGE}\n\
+         Comment: The binaries also contain these Rust crates, each under the\n license its Cargo.toml states:\n{}\n\n\
          Files: *\nCopyright: {} {}\nLicense: {name}\n On Debian systems, the full text of the license is in\n {text}.\n",
+        crates()?,
         years()?,
         maintainer()?
     ))
+}
+
+/// " name version: license" for every crate linked into the binaries: the
+/// daemon's normal dependencies, transitively (build scripts' and tests'
+/// are not shipped).
+fn crates() -> Result<String> {
+    let target = output(Command::new("rustc").args(["--print", "host-tuple"]))?;
+    let meta =
+        output(Command::new(env!("CARGO")).args(["metadata", "--format-version", "1", "--filter-platform", &target]))?;
+    let meta: serde_json::Value = serde_json::from_str(&meta)?;
+    let packages = meta["packages"].as_array().context("cargo metadata: no packages")?;
+    let nodes = meta["resolve"]["nodes"].as_array().context("cargo metadata: no resolve")?;
+    let root = packages.iter().find(|p| p["name"] == PACKAGE).context("cargo metadata: no writebehindd")?;
+    let mut linked = std::collections::BTreeSet::new();
+    let mut todo = vec![root["id"].clone()];
+    while let Some(id) = todo.pop() {
+        let node = nodes.iter().find(|n| n["id"] == id).context("cargo metadata: a package without a node")?;
+        for dep in node["deps"].as_array().into_iter().flatten() {
+            let normal = dep["dep_kinds"].as_array().into_iter().flatten().any(|k| k["kind"].is_null());
+            if normal && linked.insert(dep["pkg"].to_string()) {
+                todo.push(dep["pkg"].clone());
+            }
+        }
+    }
+    let mut lines: Vec<String> = packages
+        .iter()
+        .filter(|p| linked.contains(&p["id"].to_string()))
+        .map(|p| {
+            format!(
+                " {} {}: {}",
+                p["name"].as_str().unwrap_or("?"),
+                p["version"].as_str().unwrap_or("?"),
+                p["license"].as_str().unwrap_or("unstated")
+            )
+        })
+        .collect();
+    lines.sort();
+    Ok(lines.join("\n"))
 }
 
 /// The years the history spans, as "2025-2026" or "2026".
