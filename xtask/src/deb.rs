@@ -97,11 +97,22 @@ fn build() -> Result<PathBuf> {
 }
 
 /// The repository's unit with its paths moved from the /usr/local layout
-/// it is written for to the package's: one unit file, not two.
+/// it is written for to the package's: one unit file, not two. The man
+/// pages only the package has are added to its documentation.
 fn unit() -> Result<String> {
     let text = fs::read_to_string(UNIT).with_context(|| format!("reading {UNIT}"))?;
-    let header = "# Packaged: paths rewritten from systemd/writebehindd.service by cargo xtask deb.\n";
-    Ok(header.to_owned() + &DEBIAN.rewrite(&text, &LOCAL)?)
+    let mut out = String::from(
+        "# Packaged by cargo xtask deb from systemd/writebehindd.service, with its paths\n\
+         # moved to the package's (the comments about cargo xtask install are the original's).\n",
+    );
+    for line in DEBIAN.rewrite(&text, &LOCAL)?.lines() {
+        out += line;
+        out.push('\n');
+        if line == "[Unit]" {
+            out += "Documentation=man:writebehindd(8) man:writebehindd.policy(5) man:wbctl(8)\n";
+        }
+    }
+    Ok(out)
 }
 
 /// The daemon's version, as its Cargo.toml says (what --version prints).

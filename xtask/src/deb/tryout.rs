@@ -96,6 +96,10 @@ fn installed(root: &Path) -> Result<()> {
     let unit = format!("/{}/writebehindd.service", DEBIAN.unit_dir);
     ensure!(link(root, ENABLED)? == unit, "postinst did not enable the unit");
     ensure!(!root.join(MASKED).exists(), "postinst left the unit masked");
+    // systemd's own reading of the installed unit: its settings, and that
+    // the binaries and man pages it names are there.
+    run(Command::new("chroot").arg(root).args(["systemd-analyze", "verify", &unit]))
+        .context("systemd-analyze verify rejects the installed unit")?;
     Ok(())
 }
 
