@@ -26,7 +26,8 @@ pub fn write_all(stage: &Path, version: &str) -> Result<()> {
         &man,
     )?;
     let wbctl = std::path::absolute(crate::release_bin("wbctl"))?;
-    help2man(&wbctl, "query and control writebehindd", &see_also(".BR writebehindd (8)"), &man)?;
+    let wbctl_extra = command_options(&wbctl)? + &see_also(".BR writebehindd (8)");
+    help2man(&wbctl, "query and control writebehindd", &wbctl_extra, &man)?;
     let page = man.join("man5/writebehindd.policy.5");
     write(&page, policy_page(version)?.as_bytes())?;
     gzip(&page)
@@ -46,6 +47,38 @@ fn help_for_help2man() -> Result<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755))?;
     Ok(script)
+}
+
+/// wbctl's --help lists its commands; each command's own arguments and
+/// options (`policy --pid`) are only in `wbctl COMMAND --help`: a section
+/// with those, less the global ones.
+fn command_options(wbctl: &Path) -> Result<String> {
+    let help = |args: &[&str]| output(Command::new(wbctl).args(args).arg("--help"));
+    let top = help(&[])?;
+    let long = |l: &&str| l.split_whitespace().find(|w| w.starts_with("--")).map(str::to_owned);
+    let global: Vec<String> = section(&top, "Options:").iter().filter_map(long).collect();
+    let mut out = String::from("[COMMAND OPTIONS]\n");
+    for cmd in section(&top, "Commands:").iter().filter_map(|l| l.split_whitespace().next()) {
+        if cmd == "help" {
+            continue;
+        }
+        let text = help(&[cmd])?;
+        let own: Vec<String> = ["Arguments:", "Options:"]
+            .iter()
+            .flat_map(|s| section(&text, s))
+            .filter(|l| long(l).is_none_or(|o| !global.contains(&o)))
+            .map(|l| escape(l.trim()))
+            .collect();
+        if !own.is_empty() {
+            out += &format!(".TP\n.B wbctl {cmd}\n{}\n", own.join("\n.br\n"));
+        }
+    }
+    Ok(out)
+}
+
+/// The lines of a clap help section ("Options:" up to a blank line).
+fn section<'a>(help: &'a str, title: &str) -> Vec<&'a str> {
+    help.lines().skip_while(|l| *l != title).skip(1).take_while(|l| !l.trim().is_empty()).collect()
 }
 
 fn help2man(bin: &Path, name: &str, include: &str, man: &Path) -> Result<()> {
