@@ -3,13 +3,16 @@
 //!   cargo xtask run [-- ARGS]   build (release) and run the daemon in the foreground
 //!   cargo xtask test            build everything, run every test (root; real BPF)
 //!   cargo xtask vmtest          the tests on a stock kernel under qemu (fentry backend)
+//!   cargo xtask systest         the service under systemd on Debian 12 and its stock kernels
 //!   cargo xtask bench [--quick] measure write-behind against the alternatives
 //!   cargo xtask deb [--check]   build the Debian package (and check it)
 
 mod bench;
 mod deb;
+mod guest;
 mod install;
 mod layout;
+mod systest;
 mod vmtest;
 
 use std::process::{Command, ExitCode};
@@ -27,6 +30,12 @@ commands:
   vmtest [--quick]   run the integration tests on a stock Debian kernel under qemu (TCG),
                      on the fentry backend and on the tracepoint backend (about 25 min;
                      --quick, which `test` runs: fewer tests, fentry only, about 4 min)
+  systest [--quick] [--kernel 6.1|6.12] [--deb FILE|--no-deb]
+                     the service under systemd (PID 1) in a Debian 12 guest built with
+                     mmdebstrap (cached in target/guest), on each stock kernel under qemu:
+                     apt install of the .deb (built first; --no-deb: debug binaries + unit
+                     copied), enable --now, READY, fentry, no watchdog restart, journal,
+                     kill -9, security exposure, purge
   install [--root DIR]    build (release) and install the daemon, wbctl, the systemd unit,
                           completions and docs under DIR (default /); then
                           systemctl enable --now writebehindd
@@ -41,6 +50,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
         Some("vmtest") => vmtest::main(&args[1..]),
+        Some("systest") => systest::main(&args[1..]),
         // Run inside the vmtest guest: each backend's cost per write.
         Some("overhead") => vmtest::overhead(&args[1..]),
         Some("install") => install::install(&args[1..]),

@@ -68,7 +68,7 @@ impl Paths {
     }
 }
 
-fn run(cmd: &mut Command) -> Result<String> {
+pub fn run(cmd: &mut Command) -> Result<String> {
     let out = cmd.stderr(Stdio::inherit()).output().with_context(|| format!("spawning {cmd:?}"))?;
     if !out.status.success() {
         bail!("{cmd:?} failed ({})", out.status);
@@ -76,7 +76,7 @@ fn run(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn need(tool: &str, package: &str) -> Result<()> {
+pub fn need(tool: &str, package: &str) -> Result<()> {
     if Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status()?.success() {
         return Ok(());
     }

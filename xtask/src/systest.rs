@@ -1,0 +1,168 @@
+//! `cargo xtask systest [--quick] [--kernel 6.1|6.12]`: writebehindd as a
+//! system service on Debian 12 with systemd as PID 1, on each of Debian's
+//! stock kernels under qemu (TCG: KVM here cannot run them).
+//!
+//! The guest image comes from guest.rs (cached); the test itself,
+//! xtask/guest/systest.sh, and what it installs go on a second disk, so
+//! changing either does not rebuild the image.  It installs the .deb with
+//! apt from the local file (`cargo xtask deb`'s, built now, or --deb FILE;
+//! --no-deb copies the debug binaries and the unit instead, without a
+//! release build), then checks the service's life: enable --now,
+//! READY, the fentry backend, no watchdog restart over WATCH seconds, the
+//! journal's decisions, kill -9 (restart, knobs back, a file written across
+//! it intact), the security exposure score, purge.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::guest;
+
+const SCRIPT: &str = include_str!("../guest/systest.sh");
+const KERNELS: &[&str] = &["6.1", "6.12"];
+/// Seconds the service must keep its first process (the watchdog's
+/// WatchdogSec is 10 s): the issue asks for a minute; without --quick, 5.
+const WATCH_QUICK: u64 = 60;
+const WATCH_FULL: u64 = 300;
+/// One guest run, boot to power-off.
+const TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// What the guest installs.
+enum Payload {
+    Deb(PathBuf),
+    /// The debug writebehindd and wbctl and the unit, as `cargo xtask
+    /// install` lays them out (/usr/local/bin, /etc/systemd/system).
+    Files,
+}
+
+fn newest_deb() -> Result<Option<PathBuf>> {
+    let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
+    let Ok(dir) = fs::read_dir(Path::new(&target).join("deb")) else { return Ok(None) };
+    let mut debs: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+    for e in dir {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "deb") {
+            debs.push((fs::metadata(&p)?.modified()?, p));
+        }
+    }
+    Ok(debs.into_iter().max().map(|d| d.1))
+}
+
+/// The second disk's contents: the script, its config, the payload.
+fn share(dir: &Path, payload: &Payload, watch: u64) -> Result<()> {
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir)?;
+    fs::write(dir.join("systest.sh"), SCRIPT)?;
+    fs::write(dir.join("config"), format!("WATCH={watch}\n"))?;
+    match payload {
+        Payload::Deb(deb) => {
+            fs::copy(deb, dir.join("writebehindd.deb")).with_context(|| format!("{}", deb.display()))?;
+        }
+        Payload::Files => {
+            let files = dir.join("files");
+            fs::create_dir_all(&files)?;
+            let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
+            let debug = Path::new(&target).join("debug");
+            for bin in ["writebehindd", "wbctl"] {
+                fs::copy(debug.join(bin), files.join(bin))?;
+            }
+            fs::copy("systemd/writebehindd.service", files.join("writebehindd.service"))?;
+        }
+    }
+    Ok(())
+}
+
+/// One kernel's results, from the serial log.
+struct Outcome {
+    kernel: String,
+    secs: f64,
+    exit: Option<i32>,
+    lines: Vec<String>,
+}
+
+fn results(log: &[String]) -> (Option<i32>, Vec<String>) {
+    let mut exit = None;
+    let mut lines = Vec::new();
+    for l in log {
+        let Some((_, r)) = l.split_once("systest: ") else { continue };
+        if let Some(rc) = r.strip_prefix("exit ") {
+            exit = rc.trim().parse().ok();
+        } else if ["PASS", "FAIL", "SKIP", "MEASURE"].iter().any(|k| r.starts_with(k)) {
+            lines.push(r.to_owned());
+        }
+    }
+    (exit, lines)
+}
+
+pub fn main(args: &[String]) -> Result<()> {
+    let mut quick = false;
+    let mut kernels: Vec<&str> = KERNELS.to_vec();
+    let mut deb = None;
+    let mut no_deb = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match (a.as_str(), it.clone().next()) {
+            ("--quick", _) => quick = true,
+            ("--kernel", Some(k)) if KERNELS.contains(&k.as_str()) => {
+                kernels = vec![KERNELS.iter().find(|x| *x == k).unwrap()];
+                it.next();
+            }
+            ("--no-deb", _) => no_deb = true,
+            ("--deb", Some(f)) => {
+                deb = Some(PathBuf::from(f));
+                it.next();
+            }
+            _ => bail!("usage: cargo xtask systest [--quick] [--kernel 6.1|6.12] [--deb FILE|--no-deb]"),
+        }
+    }
+    crate::vmtest::need("qemu-system-x86_64", "qemu-system-x86")?;
+    crate::vmtest::need("mkfs.ext4", "e2fsprogs")?;
+    let payload = match deb {
+        Some(d) => Payload::Deb(d),
+        None if no_deb => {
+            crate::cargo(&["build", "--workspace", "--bins"])?;
+            Payload::Files
+        }
+        None => {
+            crate::deb::main(&[])?;
+            Payload::Deb(newest_deb()?.context("cargo xtask deb left no target/deb/*.deb")?)
+        }
+    };
+    let image = guest::image()?;
+    let dir = image.disk.parent().unwrap().parent().unwrap().join("systest");
+    share(&dir.join("share"), &payload, if quick { WATCH_QUICK } else { WATCH_FULL })?;
+    let disk = dir.join("share.img");
+    guest::disk_of(&dir.join("share"), &disk)?;
+    if let Payload::Deb(d) = &payload {
+        println!("systest: installing {}", d.display());
+    }
+
+    let mut outcomes = Vec::new();
+    for k in &kernels {
+        let kernel = image.kernel(k)?;
+        println!("systest: booting {} under qemu (TCG)", kernel.release);
+        let started = Instant::now();
+        let log = guest::boot(&image, &kernel, &disk, TIMEOUT)?;
+        let (exit, lines) = results(&log);
+        outcomes.push(Outcome { kernel: kernel.release, secs: started.elapsed().as_secs_f64(), exit, lines });
+    }
+    let _ = fs::remove_file(&disk);
+
+    println!("\nsystest: summary");
+    let mut ok = true;
+    for o in &outcomes {
+        println!("  {} ({:.0} s, exit {:?})", o.kernel, o.secs, o.exit);
+        for l in &o.lines {
+            println!("    {l}");
+        }
+        ok &= o.exit == Some(0);
+    }
+    if !ok {
+        bail!("the system test failed (or the guest stopped without reporting)");
+    }
+    Ok(())
+}
