@@ -58,11 +58,13 @@ struct proc_stream {
 };
 
 /* LRU, not a plain hash: an entry is made at the first write of every
- * eligible file, and some closes are never seen (O_CLOEXEC files at execve,
- * io_uring closes).  Any user could also fill a plain hash by keeping 65,536
- * written files open, and every other writer's files would go untracked.
- * LRU evicts the least recently written instead; a stream that lost its
- * entry starts over at its next write. */
+ * eligible file, and some closes are never seen (io_uring closes; on the
+ * syscall-tracepoint backend also O_CLOEXEC files closed by execve).  Any
+ * user could also fill a plain hash by keeping 65,536 written files open,
+ * and every other writer's files would go untracked.  LRU evicts the least
+ * recently written instead: a stream that lost its entry starts over at its
+ * next write, and the agent lets go of its file when it sees the writer's
+ * descriptor gone (no close is reported for an evicted entry). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -71,10 +73,11 @@ struct {
 } streams SEC(".maps");
 
 /* LRU for the same reason: one entry per process that streamed, and pids
- * are cheap to make. */
+ * are cheap to make.  As large as `streams`: the common LRU keeps up to 128
+ * free entries per CPU and evicts before it is full. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 65536);
 	__type(key, __u32);
 	__type(value, struct proc_stream);
 } procs SEC(".maps");

@@ -182,7 +182,7 @@ fn stopping_with_a_hung_device_restores_its_knobs_at_once() -> Result<()> {
     let fs = Mounted::new(LoopDevice::throttled(512, 100 * MIB)?, "ext4")?;
     let knobs = BdiKnobs::of(&fs)?;
     let original = knobs.values();
-    let daemon = Daemon::start_with_policy(POLICY)?;
+    let mut daemon = Daemon::start_with_policy(POLICY)?;
     let writer = Background::sh(&format!("head -c 256M /dev/zero | pv -qL 50m > {}", fs.path("stream").display()))?;
     knobs.wait_for("1", "while streaming")?;
     std::thread::sleep(Duration::from_secs(1));
@@ -194,11 +194,14 @@ fn stopping_with_a_hung_device_restores_its_knobs_at_once() -> Result<()> {
         std::thread::sleep(Duration::from_millis(100));
     }
     let restored = t0.elapsed();
-    let log = daemon.log_text();
+    // The flusher thread is still waiting on the device: stopping gives up
+    // on it after 5 s and says so.
+    let log = daemon.wait_log("still busy in writeback", Duration::from_secs(10));
     // Let the device drain (the writer is killed first) so the daemon can exit.
     drop(writer);
     fs.device.set_write_rate(0)?;
     daemon.stop()?;
+    let log = log?;
     println!("knobs back {restored:?} after SIGTERM");
     assert_eq!(knobs.values(), original);
     assert!(restored < Duration::from_secs(3), "the knobs came back only after {restored:?}:\n{log}");
@@ -217,16 +220,17 @@ fn a_writer_that_stops_writing_stops_pacing() -> Result<()> {
     let original = knobs.values();
     let daemon = Daemon::start_with_policy(POLICY)?;
     let hold = "import os,sys,time\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT,0o644)\n\
-                for _ in range(64): os.write(fd,b'h'*(1<<20))\ntime.sleep(60)\n";
-    let _holder = Background::spawn(nobody_python(hold).arg(dir.join("held")))?;
+                for _ in range(64): os.write(fd,b'h'*(1<<20))\nprint('written',flush=True)\ntime.sleep(60)\n";
+    let mut holder = Background::spawn(nobody_python(hold).arg(dir.join("held")).stdout(Stdio::piped()))?;
     knobs.wait_for("1", "while streaming")?;
+    await_line(&mut holder.0, "written")?;
     let t0 = Instant::now();
     while knobs.values() != original && t0.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(200));
     }
     let released = t0.elapsed();
     let log = daemon.stop()?;
-    println!("pacing ended {released:?} after the writer went quiet (file still open)");
+    println!("pacing ended {released:?} after the writer's last write (file still open)");
     assert!(released < Duration::from_secs(10), "still paced {released:?} after the last write:\n{log}");
     Ok(())
 }
@@ -259,7 +263,9 @@ fn a_file_closed_unseen_is_let_go() -> Result<()> {
     let log = daemon.stop()?;
     println!("unmounted {:?} after the exec", t0.elapsed());
     assert!(unmounted, "umount still failed (EBUSY) 6 s after the writer's execve:\n{log}");
-    assert!(log.contains("stream ended (closed unseen)"), "{log}");
+    // The fentry backend sees execve's close (filp_close/filp_flush); the
+    // syscall tracepoints do not, and the agent finds the descriptor gone.
+    assert!(log.contains("stream ended (closed unseen)") || log.contains("stream ended (closed)"), "{log}");
     Ok(())
 }
 
@@ -271,8 +277,8 @@ fn a_user_with_many_open_files_leaves_others_tracked() -> Result<()> {
     let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
     let dir = fs.nobodys_dir("nobody")?;
     let daemon = Daemon::start_with_policy(POLICY)?;
-    // One file opened 18,000 times by each of four processes (RLIMIT_NOFILE's
-    // hard limit is 20,000 here): a struct file, so a map entry, each.
+    // One file opened 18,000 times by each of four processes (prlimit, as
+    // root, lets them): a struct file, so a map entry, each.
     let hoard = "import os,sys,resource,time\n\
                  _,hard=resource.getrlimit(resource.RLIMIT_NOFILE)\n\
                  resource.setrlimit(resource.RLIMIT_NOFILE,(hard,hard))\n\
@@ -280,7 +286,13 @@ fn a_user_with_many_open_files_leaves_others_tracked() -> Result<()> {
                  for fd in fds: os.write(fd,b'x')\nprint('ready',flush=True)\ntime.sleep(60)\n";
     let mut hoarders = Vec::new();
     for _ in 0..4 {
-        let mut h = Background::spawn(nobody_python(hoard).arg(dir.join("hoard")).stdout(Stdio::piped()))?;
+        let mut h = Background::spawn(
+            Command::new("prlimit")
+                .args(["--nofile=20000:20000", "--", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+                .args([PYTHON, "-c", hoard])
+                .arg(dir.join("hoard"))
+                .stdout(Stdio::piped()),
+        )?;
         await_line(&mut h.0, "ready")?;
         hoarders.push(h);
     }
@@ -322,7 +334,9 @@ fn a_flood_of_closes_leaves_room_for_streams() -> Result<()> {
     std::thread::sleep(Duration::from_millis(500));
     let log = daemon.stop()?;
     let drops = stopped_counter(&log, "rb_drops");
-    println!("windows lost: {drops}");
+    let shed = stopped_counter(&log, "closes_shed");
+    println!("windows lost: {drops}, closes shed: {shed}");
+    assert!(shed > 0, "the ring never filled: the test shows nothing:\n{log}");
     assert_eq!(drops, 0, "a flood of closes crowded out another user's windows:\n{log}");
     Ok(())
 }
@@ -345,8 +359,12 @@ fn one_user_cannot_take_every_stream() -> Result<()> {
     let _root = Background::sh(&format!("head -c 24M /dev/zero | pv -qL 8m > {}", fs.path("root").display()))?;
     std::thread::sleep(Duration::from_secs(2));
     let log = daemon.stop()?;
-    let started =
-        |uid: u32| log.lines().filter(|l| l.contains("stream started") && l.contains(&format!(" uid={uid} "))).count();
+    let bdi = fs.bdi()?;
+    let started = |uid: u32| {
+        let uid = uid.to_string();
+        let of = |l: &&str| log_field(l, "uid") == Some(uid.as_str()) && log_field(l, "bdi") == Some(bdi.as_str());
+        log.lines().filter(|l| l.contains("stream started")).filter(of).count()
+    };
     println!("streams: nobody {}, root {}", started(65534), started(0));
     assert_eq!(started(65534), 4, "{log}");
     assert_eq!(started(0), 1, "root got no stream:\n{log}");

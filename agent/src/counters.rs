@@ -71,7 +71,11 @@ impl Counters {
     }
 
     pub fn error(&self, kind: ErrorKind) {
-        self.errors[kind as usize].fetch_add(1, Relaxed);
+        self.errors_add(kind, 1);
+    }
+
+    pub fn errors_add(&self, kind: ErrorKind, n: u64) {
+        self.errors[kind as usize].fetch_add(n, Relaxed);
     }
 
     pub fn errors(&self) -> Vec<(&'static str, u64)> {

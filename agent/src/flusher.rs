@@ -19,7 +19,7 @@ use std::{
     collections::{HashMap, HashSet, VecDeque},
     os::fd::{AsRawFd, OwnedFd},
     sync::{
-        Arc, OnceLock,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicBool, AtomicUsize, Ordering},
         mpsc,
     },
@@ -45,8 +45,10 @@ use crate::{
 pub struct StreamFile {
     pub pid: u32,
     pub fd: i32,
-    /// Taken when the stream started: fences pid reuse, tells the writer's exit.
-    pub pidfd: OwnedFd,
+    /// Taken when the stream started: fences pid reuse, tells the writer's
+    /// exit.  Dropped when the stream ends, so that flushes still queued
+    /// (behind a hung device, say) hold no descriptor of an ended stream.
+    pidfd: Mutex<Option<Arc<OwnedFd>>>,
     /// The inode the events were about: reached by handle if the writer's
     /// fd no longer names it (or never did: fd -1).
     pub closed: ClosedFile,
@@ -55,23 +57,35 @@ pub struct StreamFile {
 
 impl StreamFile {
     pub fn new(pid: u32, fd: i32, pidfd: OwnedFd, closed: ClosedFile) -> Self {
-        Self { pid, fd, pidfd, closed, file: OnceLock::new() }
+        Self { pid, fd, pidfd: Mutex::new(Some(Arc::new(pidfd))), closed, file: OnceLock::new() }
+    }
+
+    /// True once the writer has exited (or the stream ended).
+    pub fn writer_exited(&self) -> bool {
+        self.pidfd.lock().unwrap().as_ref().is_none_or(|p| crate::sys::pidfd_exited(p))
+    }
+
+    /// The stream ended: its queued flushes go by handle from now on.
+    pub fn end(&self) {
+        self.pidfd.lock().unwrap().take();
     }
 
     /// The writer's file, opened at the first call; None when the writer had
-    /// moved on by then (the caller reaches the inode by handle).
+    /// moved on by then, or the stream has ended (the caller reaches the
+    /// inode by handle).  Not opening is the normal case when a writer closes
+    /// files faster than the device takes them (cp -r): only a refusal is
+    /// counted as an error.
     fn open(&self, counters: &Counters) -> Option<Arc<OwnedFd>> {
         self.file
             .get_or_init(|| {
+                // The lock only to clone: the open may take long (a FUSE server).
+                let pidfd = self.pidfd.lock().unwrap().clone()?;
                 let expect = FileId { dev: self.closed.st_dev, ino: self.closed.ino };
-                let opened = if self.fd < 0 {
-                    Err(ErrorKind::FileGone)
-                } else {
-                    crate::sys::open_writer_file(self.pid, self.fd, &self.pidfd, expect)
-                };
-                opened
+                crate::sys::open_writer_file(self.pid, self.fd, &pidfd, expect)
                     .inspect_err(|&kind| {
-                        counters.error(kind);
+                        if matches!(kind, ErrorKind::Permission | ErrorKind::Other) {
+                            counters.error(kind);
+                        }
                         tracing::debug!(pid = self.pid, fd = self.fd, error = kind.name(), "stream file not opened");
                     })
                     .ok()
@@ -84,7 +98,7 @@ impl StreamFile {
 /// The file a flush acts on.
 #[derive(Debug)]
 pub enum Target {
-    /// A stream's file, held open (read-only) by the agent.
+    /// A stream's file: opened (read-only) at its first flush, then held.
     Held(Arc<StreamFile>),
     /// A file its writer already closed: opened by handle when flushed.
     Closed(ClosedFile),
@@ -145,9 +159,7 @@ impl Flushers {
         });
         let n = batch.flushes.len();
         if !q.backlog.try_add(n) {
-            for _ in 0..n {
-                self.counters.error(ErrorKind::OverCap);
-            }
+            self.counters.errors_add(ErrorKind::OverCap, n as u64);
             if !std::mem::replace(&mut q.full_logged, true) {
                 tracing::warn!(
                     bdi,
@@ -166,9 +178,11 @@ impl Flushers {
 
     /// Hands every queued span to writeback (without waiting for any) and
     /// stops the threads: starting writeback is quick, so this is prompt —
-    /// except on a hung device, whose thread may sit in sync_file_range for
-    /// ever.  Such a thread is waited for at most `within`, then left: the
-    /// process exits around it.
+    /// except on a device that is hung (or very slow) in writeback, whose
+    /// thread may sit in sync_file_range's wait.  Such a thread is waited for
+    /// at most `within`, then left: the caller has put the bdi limits back
+    /// already, and the process, though it cannot finish exiting while that
+    /// thread sleeps uninterruptibly, has nothing left to do.
     pub fn shutdown(&mut self, within: std::time::Duration) {
         self.stopping.store(true, Ordering::Relaxed);
         let deadline = Instant::now() + within;
@@ -181,7 +195,11 @@ impl Flushers {
             if handle.is_finished() {
                 let _ = handle.join();
             } else {
-                tracing::warn!(bdi, "device hung in writeback: its flusher thread is left behind");
+                tracing::warn!(
+                    bdi,
+                    secs = within.as_secs(),
+                    "device still busy in writeback: not waiting for it any longer"
+                );
             }
         }
     }
@@ -345,7 +363,7 @@ impl Submitter {
                 Target::Closed(closed) => self.by_handle(closed),
             };
             let Some(file) = file else { continue };
-            let id = || crate::sys::fstat(file.as_raw_fd()).map(|st| (st.st_dev, st.st_ino)).unwrap_or_default();
+            let id = || crate::sys::cached_identity(file.as_raw_fd()).map(|(f, _)| (f.dev, f.ino)).unwrap_or_default();
             if !self.failed.is_empty() && self.failed.contains(&id()) {
                 continue;
             }

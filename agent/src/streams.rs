@@ -21,6 +21,8 @@ use crate::{
 /// this many files, or has waited BATCH_AGE.
 const BATCH_FILES: usize = 1024;
 pub const BATCH_AGE: Duration = Duration::from_millis(100);
+/// However slow its windows, a stream stops counting as writing after this.
+const IDLE_MAX: Duration = Duration::from_secs(30);
 /// A multi-file writer with no closed file for this long is reported ended.
 const WRITER_IDLE: Duration = Duration::from_secs(5);
 /// How long stopping waits for the flusher threads to hand what is queued
@@ -43,6 +45,8 @@ struct Stream {
     /// Unique among this daemon's streams: its turn in the flusher's rounds.
     id: u64,
     file: Arc<StreamFile>,
+    /// The writer's descriptor at its latest window (it may dup and close).
+    fd: i32,
     /// The writer's real uid: its share of the streams.
     uid: u32,
     comm: String,
@@ -51,6 +55,17 @@ struct Stream {
     bytes: u64,
     spans: u64,
     last_span: Instant,
+    /// Between its latest two windows: a slow stream is not idle sooner.
+    gap: Duration,
+}
+
+impl Stream {
+    /// Whether it still counts as writing: it had a window within `quiet`,
+    /// or within twice its own pace for a slow stream (up to IDLE_MAX), so
+    /// that slow downloads do not flap the device's pacing at every window.
+    fn writing(&self, now: Instant, quiet: Duration) -> bool {
+        now - self.last_span < quiet.max((2 * self.gap).min(IDLE_MAX))
+    }
 }
 
 /// Closed files of one writer waiting to be submitted together.
@@ -142,9 +157,14 @@ impl StreamTable {
             return;
         }
         let s = self.streams.get_mut(&key).expect("started above");
+        let now = Instant::now();
         s.bytes += ev.end - ev.start;
         s.spans += 1;
-        s.last_span = Instant::now();
+        s.gap = now - s.last_span;
+        s.last_span = now;
+        if ev.fd >= 0 {
+            s.fd = ev.fd;
+        }
         let job = flush_of(ev, Target::Held(s.file.clone()));
         self.flushers.submit(&s.bdi, &dev, Batch { owner: s.id, flushes: vec![job] });
     }
@@ -182,6 +202,7 @@ impl StreamTable {
         let stream = Stream {
             id: self.new_stream_id(),
             file: Arc::new(StreamFile::new(key.tgid, ev.fd, pidfd, closed_file(key, ev))),
+            fd: ev.fd,
             uid: ev.uid,
             comm: ev.comm(),
             bdi: ev.bdi(),
@@ -189,6 +210,7 @@ impl StreamTable {
             bytes: 0,
             spans: 0,
             last_span: now,
+            gap: Duration::ZERO,
         };
         tracing::info!(
             pid = key.tgid, uid = ev.uid, comm = %stream.comm, fd = ev.fd, ino = key.file.ino,
@@ -276,7 +298,7 @@ impl StreamTable {
         // writer that keeps its file open and stops must not keep the
         // device (and every other writer of it) paced.
         let quiet = self.devices.quiet();
-        for (key, s) in self.streams.iter().filter(|(_, s)| now - s.last_span < quiet) {
+        for (key, s) in self.streams.iter().filter(|(_, s)| s.writing(now, quiet)) {
             *active.entry(s.bdi.clone()).or_default() += 1;
             streaming.insert((&s.bdi, key.tgid));
         }
@@ -309,10 +331,10 @@ impl StreamTable {
             .streams
             .iter()
             .filter_map(|(k, s)| {
-                if sys::pidfd_exited(&s.file.pidfd) {
+                if s.file.writer_exited() {
                     Some((*k, "writer exited"))
                 } else if s.last_span.elapsed() >= Duration::from_secs(1)
-                    && sys::fd_still_names(s.file.pid, s.file.fd, k.file.ino) == Some(false)
+                    && sys::fd_still_names(k.tgid, s.fd, k.file.ino) == Some(false)
                 {
                     Some((*k, "closed unseen"))
                 } else {
@@ -327,12 +349,14 @@ impl StreamTable {
     }
 
     fn ended(&mut self, key: StreamKey, s: Stream, tail: u64, why: &str) {
-        if self.streams.len() < self.max_held / 2 {
+        s.file.end();
+        // Logged again only once well below the one-user share (half).
+        if self.streams.len() < self.max_held / 4 {
             self.over_cap_logged = false;
         }
         let secs = s.started.elapsed().as_secs_f64();
         tracing::info!(
-            pid = key.tgid, comm = %s.comm, fd = s.file.fd, ino = key.file.ino, bdi = %s.bdi,
+            pid = key.tgid, comm = %s.comm, fd = s.fd, ino = key.file.ino, bdi = %s.bdi,
             bytes = s.bytes + tail, spans = s.spans, secs = format!("{secs:.1}"),
             "stream ended ({why})"
         );

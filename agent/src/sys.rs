@@ -111,14 +111,18 @@ pub fn cached_identity(fd: RawFd) -> io::Result<(FileId, libc::mode_t)> {
 /// /proc/<pid>/fdinfo/<fd> (procfs alone: no filesystem is asked).  None
 /// when it cannot tell (no "ino:" line before Linux 5.14, no access).
 pub fn fd_still_names(pid: u32, fd: i32, ino: u64) -> Option<bool> {
-    match std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) {
-        Ok(text) => {
-            let line = text.lines().find_map(|l| l.strip_prefix("ino:"))?;
-            Some(line.trim().parse::<u64>().ok()? == ino)
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Some(false),
-        Err(_) => None,
-    }
+    use std::io::Read;
+    // The first lines are pos, flags, mnt_id and ino; an epoll or inotify
+    // descriptor put there lists its watches after them, unbounded.
+    let mut head = [0u8; 256];
+    let n = match std::fs::File::open(format!("/proc/{pid}/fdinfo/{fd}")).and_then(|mut f| f.read(&mut head)) {
+        Ok(n) => n,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Some(false),
+        Err(_) => return None,
+    };
+    let text = std::str::from_utf8(&head[..n]).ok()?;
+    let line = text.lines().find_map(|l| l.strip_prefix("ino:"))?;
+    Some(line.trim().parse::<u64>().ok()? == ino)
 }
 
 /// sync_file_range(2) on [start, end).
