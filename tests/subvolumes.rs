@@ -50,7 +50,7 @@ fn copy_as_nobody(src: &Path, mount: &Path, dst: &Path) -> Result<()> {
 fn btrfs_mounted_by_subvolume_only() -> Result<()> {
     require_root();
     let (_shm, src) = source()?;
-    let fs = Mounted::btrfs_subvolume(LoopDevice::new(1024)?, "@home")?;
+    let fs = Mounted::btrfs_subvolume(LoopDevice::new(512)?, "@home")?;
     let dst = fs.nobodys_dir("user")?.join("copy");
     copy_as_nobody(&src, &fs.dir, &dst)?;
     // Read back from the device, not the cache.
@@ -67,7 +67,7 @@ fn ext4_and_xfs_seen_through_a_bind_mount_of_a_subdirectory() -> Result<()> {
     require_root();
     let (_shm, src) = source()?;
     for fstype in ["ext4", "xfs"] {
-        let fs = Mounted::new(LoopDevice::new(1024)?, fstype)?;
+        let fs = Mounted::new(LoopDevice::new(512)?, fstype)?;
         let sub = fs.nobodys_dir("sub")?;
         let bind = BindMount::new(&sub, fstype)?;
         run(Command::new("umount").arg(&fs.dir))?;
@@ -87,7 +87,7 @@ fn a_closed_file_whose_subvolume_bpf_could_not_read() -> Result<()> {
     use std::os::{fd::AsRawFd, unix::fs::MetadataExt};
     use writebehindd::handles::{ClosedFile, Handles};
     require_root();
-    let fs = Mounted::btrfs_subvolume(LoopDevice::new(1024)?, "@a")?;
+    let fs = Mounted::btrfs_subvolume(LoopDevice::new(512)?, "@a")?;
     // @a holds no file of its own: none could share the inode number and
     // generation of b's file and be opened in its place.
     run(Command::new("btrfs").args(["subvolume", "create"]).arg(fs.path("b")))?;

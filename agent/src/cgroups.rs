@@ -47,8 +47,9 @@ pub struct CgroupPolicies {
     /// What the map holds.
     pushed: HashMap<u64, wb_policy>,
     walker: walk::Walker,
-    /// Delegated subtrees cut short by the last walk (logged when they
-    /// start to be), and whether the whole budget ran out.
+    /// Delegated subtrees a walk cut short, and whether the whole budget
+    /// ran out: logged the first time only (a user making and removing
+    /// cgroups around the cap would otherwise log at will).
     capped: HashSet<String>,
     full: bool,
     on_battery: bool,
@@ -163,20 +164,21 @@ impl CgroupPolicies {
         }
     }
 
-    /// Logs a cap when it starts to bite, not every second it does.
+    /// Logs a cap the first time it bites, not every second it does.
     fn log_caps(&mut self, walked: &walk::Outcome) {
-        for path in walked.capped.iter().filter(|p| !self.capped.contains(*p)) {
-            tracing::warn!(
-                delegation = ?path,
-                max = PER_DELEGATION,
-                "too many cgroups in a delegated subtree: the rest get the root policy"
-            );
+        for path in &walked.capped {
+            if self.capped.insert(path.clone()) {
+                tracing::warn!(
+                    delegation = ?path,
+                    max = PER_DELEGATION,
+                    "too many cgroups in a delegated subtree: the rest get the root policy"
+                );
+            }
         }
-        self.capped = walked.capped.iter().cloned().collect();
         if walked.full && !self.full {
             tracing::warn!(max = MAX_CGROUPS, "too many cgroups: delegated subtrees walked last get the root policy");
+            self.full = true;
         }
-        self.full = walked.full;
     }
 }
 

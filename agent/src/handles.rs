@@ -227,7 +227,7 @@ fn learn(sb_dev: u64) -> Option<Mount> {
     }
     let mut learned: Option<Mount> = None;
     for path in paths {
-        let Some((layout, root_dev, subvol)) = probe(&path) else { continue };
+        let Some((layout, root_dev, subvol)) = probe(&path, sb_dev) else { continue };
         match &mut learned {
             None => learned = Some(Mount { path, layout, root_dev, subvols: subvol.into_iter().collect(), root: None }),
             Some(m) => m.subvols.extend(subvol.filter(|s| !m.subvols.contains(s))),
@@ -243,9 +243,9 @@ fn learn(sb_dev: u64) -> Option<Mount> {
     Some(m)
 }
 
-/// The handle layout of the filesystem mounted at `path`, its root's
-/// device and (btrfs) subvolume; None, logged, if it cannot be used.
-fn probe(path: &str) -> Option<(Layout, u64, Option<Subvol>)> {
+/// The handle layout of the filesystem `sb_dev` mounted at `path`, its
+/// root's device and (btrfs) subvolume; None, logged, if it cannot be used.
+fn probe(path: &str, sb_dev: u64) -> Option<(Layout, u64, Option<Subvol>)> {
     let root = match open_dir(path) {
         Ok(root) => root,
         Err(e) => {
@@ -275,6 +275,21 @@ fn probe(path: &str) -> Option<(Layout, u64, Option<Subvol>)> {
         tracing::warn!(mount = %path, handle_type = h.handle_type, "unknown file handle layout: closed files there are left to the kernel");
         return None;
     };
+    // A path mounted over (ProtectHome=tmpfs) leads to another filesystem,
+    // through which this one's handles would open nothing.  btrfs reports
+    // a device per subvolume: its type has to do.
+    let same = match layout {
+        Layout::Btrfs => {
+            let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+            let r = unsafe { libc::fstatfs(root.as_raw_fd(), &mut fs) };
+            r == 0 && fs.f_type == libc::BTRFS_SUPER_MAGIC
+        }
+        _ => root_st.st_dev == sb_dev,
+    };
+    if !same {
+        tracing::info!(mount = %path, "another filesystem is mounted over this mount point");
+        return None;
+    }
     let subvol = (layout == Layout::Btrfs)
         .then(|| h.f_handle[8..16].try_into().ok().map(u64::from_ne_bytes))
         .flatten()
