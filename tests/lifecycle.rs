@@ -1,7 +1,8 @@
-//! The daemon's life: it refuses to start without privileges, and once it
-//! exits nothing of it stays in the kernel.
+//! The daemon's life: it refuses to start without privileges, once it
+//! exits nothing of it stays in the kernel, and the unit's confinement
+//! (capabilities, syscall filter) is all it needs and no more.
 
-use std::process::Command;
+use std::{process::Command, time::Duration};
 
 use anyhow::Result;
 use wb_tests::*;
@@ -45,30 +46,241 @@ fn leaves_nothing_attached_after_exit() -> Result<()> {
     }
 }
 
-/// The unit's CapabilityBoundingSet and NoNewPrivileges, applied by setpriv
-/// (read from systemd/writebehindd.service, not copied): the daemon still
-/// attaches and flushes a streaming writer.
+/// The unit file, read (not copied) from systemd/.
+fn unit() -> Result<String> {
+    Ok(std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../systemd/writebehindd.service"))?)
+}
+
+/// The values of every `key=` line of the unit, split on whitespace.
+fn unit_values(unit: &str, key: &str) -> Vec<String> {
+    let prefix = format!("{key}=");
+    unit.lines().filter_map(|l| l.strip_prefix(&prefix)).flat_map(str::split_whitespace).map(str::to_owned).collect()
+}
+
+/// The unit's CapabilityBoundingSet, as setpriv names them ("bpf", ...).
+fn unit_caps(unit: &str) -> Vec<String> {
+    let caps: Vec<String> = unit_values(unit, "CapabilityBoundingSet")
+        .iter()
+        .map(|c| c.trim_start_matches("CAP_").to_lowercase())
+        .collect();
+    assert!(!caps.is_empty(), "the unit sets CapabilityBoundingSet");
+    caps
+}
+
+/// tracefs where systemd mounts it at boot (sys-kernel-tracing.mount): the
+/// daemon within the unit's capabilities may not mount it itself.
+/// Unmounted again if it was not there before.
+struct Tracefs(bool);
+
+impl Tracefs {
+    fn mounted() -> Result<Self> {
+        if std::path::Path::new("/sys/kernel/tracing/events").exists() {
+            return Ok(Self(false));
+        }
+        run(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]))?;
+        Ok(Self(true))
+    }
+}
+
+impl Drop for Tracefs {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = Command::new("umount").arg("/sys/kernel/tracing").status();
+        }
+    }
+}
+
+const POLICY: &str = "window = \"8MiB\"\nburst = \"4MiB\"\n";
+
+/// The work the unit must allow, on a fresh ext4: root's streaming writer,
+/// nobody's streaming writer of a file only nobody may read, nobody's
+/// writer of many closed files (reopened by handle), wbctl and a reload.
+/// `pid` is the daemon's own (not a wrapper's), for the reload's SIGHUP.
+fn workload(daemon: &mut Daemon, pid: u32) -> Result<()> {
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let private = fs.path("nobody");
+    std::fs::create_dir(&private)?;
+    run(Command::new("chown").arg("65534:65534").arg(&private))?;
+    std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    sh(&format!("dd if=/dev/zero of={} bs=1M count=64 status=none", fs.path("root").display()))?;
+    let script = "import os, sys\n\
+                  os.umask(0o077)\n\
+                  open(sys.argv[1] + '/stream', 'wb').write(bytes(64 << 20))\n\
+                  for i in range(40):\n    open(sys.argv[1] + '/small%d' % i, 'wb').write(bytes(2 << 20))\n";
+    run(as_nobody("/usr/bin/python3").args(["-c", script]).arg(&private))?;
+    run(Command::new(bin_dir().join("wbctl")).arg("--socket").arg(daemon.socket()).arg("status"))?;
+    unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+    daemon.wait_log("policies reloaded", Duration::from_secs(10))?;
+    std::thread::sleep(Duration::from_millis(500));
+    Ok(())
+}
+
+/// The daemon within the bounding set `caps` (and no new privileges, like
+/// the unit) through the workload: its log, or why it did not start.
+fn bounded(caps: &[String]) -> Result<Result<String, String>> {
+    let _tracefs = Tracefs::mounted()?;
+    let bounding = format!("-all,{}", caps.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(","));
+    let wrapper = ["setpriv", "--bounding-set", &bounding, "--inh-caps", "-all", "--no-new-privs", "--"];
+    match Daemon::start_wrapped(&wrapper, Some(POLICY)) {
+        Ok(mut d) => {
+            let pid = d.pid();
+            workload(&mut d, pid)?;
+            Ok(Ok(d.stop()?))
+        }
+        Err(e) => Ok(Err(format!("{e:#}"))),
+    }
+}
+
+/// All of the work done, nothing refused.
+fn all_done(log: &str) -> bool {
+    stopped_counter(log, "streams") >= 2
+        && stopped_counter(log, "closed_files_flushed") >= 1
+        && log.lines().any(|l| l.contains("stopping") && l.contains("errors=[]"))
+}
+
+/// The unit's CapabilityBoundingSet and NoNewPrivileges, applied by setpriv:
+/// the daemon attaches and does all of its work.
 #[test]
 fn works_within_the_units_bounding_set() -> Result<()> {
     require_root();
-    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../systemd/writebehindd.service"))?;
-    let caps: Vec<String> = unit
+    let caps = unit_caps(&unit()?);
+    let log = bounded(&caps)?.map_err(anyhow::Error::msg)?;
+    assert!(all_done(&log), "within {caps:?}:\n{log}");
+    Ok(())
+}
+
+/// Each capability the unit keeps is needed: without it the daemon does
+/// not start, or fails part of the work.
+#[test]
+fn each_capability_of_the_unit_is_needed() -> Result<()> {
+    require_root();
+    let caps = unit_caps(&unit()?);
+    for cap in &caps {
+        let fewer: Vec<String> = caps.iter().filter(|c| *c != cap).cloned().collect();
+        match bounded(&fewer)? {
+            Err(refused) => {
+                let why = refused.lines().find(|l| l.starts_with("writebehindd: ")).unwrap_or("");
+                println!("without {cap}: does not start: {why}");
+            }
+            Ok(log) => {
+                assert!(!all_done(&log), "{cap} is not needed: the daemon did all of its work without it:\n{log}");
+                let stopping = log.lines().find(|l| l.contains("errors=")).unwrap_or("");
+                println!("without {cap}: {}", stopping.split("INFO ").last().unwrap_or(stopping));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The syscalls of a `strace -f` output file, by name.
+fn traced_syscalls(trace: &str) -> std::collections::BTreeSet<String> {
+    trace
         .lines()
-        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
-        .expect("the unit sets CapabilityBoundingSet")
-        .split_whitespace()
-        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
-        .collect();
-    let bounding = format!("-all,{}", caps.join(","));
-    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
-    let daemon = Daemon::start_wrapped(
-        &["setpriv", "--bounding-set", &bounding, "--inh-caps", "-all", "--no-new-privs", "--"],
-        Some("window = \"8MiB\"\nburst = \"4MiB\"\n"),
-    )?;
-    sh(&format!("dd if=/dev/zero of={} bs=1M count=64 status=none", fs.path("f").display()))?;
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let log = daemon.stop()?;
-    assert!(log.contains("stream started") && log.contains("errors=[]"), "bounding set {bounding}:\n{log}");
+        .filter_map(|l| {
+            let call = l.split_once(' ')?.1.trim_start().trim_start_matches("<... ");
+            let name = call.split(['(', ' ']).next()?;
+            (!name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')).then(|| name.to_owned())
+        })
+        .collect()
+}
+
+/// The syscalls a filter expression names, groups (@...) expanded by
+/// systemd-analyze.
+fn expand_filter(names: &[String]) -> Result<std::collections::BTreeSet<String>> {
+    let mut out = std::collections::BTreeSet::new();
+    for n in names {
+        if let Some(group) = n.strip_prefix('@') {
+            let text = run(Command::new("systemd-analyze").args(["syscall-filter", &format!("@{group}")]))?;
+            let members: Vec<String> = text
+                .lines()
+                .skip(1)
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_owned)
+                .collect();
+            out.extend(expand_filter(&members)?);
+        } else {
+            out.insert(n.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// The daemon strace runs.  SIGTERM to strace (what Daemon::stop sends)
+/// would detach it and leave the daemon running: dropping this stops the
+/// daemon itself and waits for strace to exit with it, also when a test fails.
+struct Traced {
+    strace: u32,
+    daemon: i32,
+}
+
+impl Traced {
+    fn of(d: &Daemon) -> Result<Self> {
+        let strace = d.pid();
+        let children = std::fs::read_to_string(format!("/proc/{strace}/task/{strace}/children"))?;
+        let daemon = children.split_whitespace().next().ok_or_else(|| anyhow::anyhow!("strace runs no daemon"))?;
+        Ok(Self { strace, daemon: daemon.parse()? })
+    }
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.daemon, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let exited =
+            || std::fs::read_to_string(format!("/proc/{}/stat", self.strace)).is_ok_and(|s| s.contains(") Z "));
+        while !exited() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// systemd is not PID 1 here, so the unit cannot run: the daemon runs its
+/// workload under strace instead, and every syscall it made must pass the
+/// unit's SystemCallFilter (a filter missing one would fail the daemon).
+#[test]
+fn the_units_syscall_filter_allows_every_call_the_daemon_makes() -> Result<()> {
+    require_root();
+    let unit = unit()?;
+    let filter = unit_values(&unit, "SystemCallFilter");
+    let (denied, allowed): (Vec<String>, Vec<String>) = filter.into_iter().partition(|f| f.starts_with('~'));
+    let denied: Vec<String> = denied.iter().map(|d| d.trim_start_matches('~').to_owned()).collect();
+    // systemd always allows these, so that the service can start and stop.
+    let implicit = ["execve", "exit", "exit_group", "getrlimit", "rt_sigreturn", "sigreturn"].map(String::from);
+    let allowed: std::collections::BTreeSet<String> =
+        expand_filter(&allowed)?.difference(&expand_filter(&denied)?).cloned().chain(implicit).collect();
+
+    let _tracefs = Tracefs::mounted()?;
+    let scratch = Scratch::new("strace")?;
+    let trace = scratch.0.join("trace").display().to_string();
+    let mut d = Daemon::start_wrapped(&["strace", "-f", "-qq", "-o", &trace, "--"], Some(POLICY))?;
+    let traced = Traced::of(&d)?;
+    workload(&mut d, traced.daemon as u32)?;
+    drop(traced);
+    let log = d.stop()?;
+    assert!(all_done(&log), "the traced workload was not all done:\n{log}");
+
+    let made = traced_syscalls(&std::fs::read_to_string(&trace)?);
+    assert!(made.contains("bpf") && made.contains("sync_file_range"), "not a trace of the daemon: {made:?}");
+    let refused: Vec<&String> = made.iter().filter(|c| !allowed.contains(*c)).collect();
+    assert!(refused.is_empty(), "the unit's SystemCallFilter refuses {refused:?}, which the daemon calls");
+    println!("{} syscalls made, all allowed: {made:?}", made.len());
+    Ok(())
+}
+
+/// `systemd-analyze security` scores what the unit leaves exposed: 5.3
+/// before issue 15, 1.5 after; a change that loosens it must say why here.
+#[test]
+fn the_units_exposure_stays_low() -> Result<()> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../systemd/writebehindd.service");
+    let out = Command::new("systemd-analyze").args(["security", "--offline=yes", path]).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let score: f64 = text
+        .lines()
+        .find_map(|l| l.split_once("Overall exposure level for writebehindd.service: "))
+        .and_then(|(_, s)| s.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no exposure level in:\n{text}"))?;
+    assert!(score <= 1.5, "exposure {score} > 1.5:\n{text}");
     Ok(())
 }
 
