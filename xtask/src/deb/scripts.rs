@@ -97,6 +97,9 @@ purge)
     # RuntimeDirectoryPreserve=yes keeps it across stops; prerm restored
     # what its journal listed.
     rm -rf /run/writebehindd
+    # Purging asks for the configuration to go too: the policy files the
+    # administrator added beside the conffile (dpkg removes only its own).
+    rm -rf /etc/writebehindd
     ;;
 esac
 

@@ -51,8 +51,11 @@ pub fn main(args: &[String]) -> Result<()> {
     ensure!(root.join(POLICY_DIR).join("README").exists(), "remove (not purge) must keep the conffiles");
     ensure!(link(&root, MASKED)? == "/dev/null", "postrm remove did not mask the unit");
 
+    // A policy of the administrator's own goes with the purge too.
+    std::fs::write(root.join(POLICY_DIR).join("local.toml"), "burst = \"8MiB\"\n")?;
     dpkg(&["-P", PACKAGE])?;
     ensure!(!root.join("run/writebehindd").exists(), "purge left /run/writebehindd");
+    ensure!(!root.join("etc/writebehindd").exists(), "purge left /etc/writebehindd");
     let left = leftovers(&root.parent().unwrap().join("upper"))?;
     ensure!(left.is_empty(), "purge left these behind: {left:?}");
     println!("deb tryout: installed, reinstalled, removed and purged in a throwaway root; nothing left");
