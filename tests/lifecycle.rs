@@ -92,20 +92,30 @@ impl Drop for Tracefs {
 
 const POLICY: &str = "window = \"8MiB\"\nburst = \"4MiB\"\n";
 
-/// The work the unit must allow, on a fresh ext4: root's streaming writer,
+/// A fresh ext4 for the workload, mounted before the daemon starts (into a
+/// namespace of its own, later mounts would not propagate here: this
+/// host's root is not shared, as it is under systemd).
+fn workload_fs() -> Result<Mounted> {
+    Mounted::new(LoopDevice::new(512)?, "ext4")
+}
+
+/// The work the unit must allow, on `fs`: root's streaming writer (pv),
 /// nobody's streaming writer of a file only nobody may read, nobody's
 /// writer of many closed files (reopened by handle), wbctl and a reload.
 /// `pid` is the daemon's own (not a wrapper's), for the reload's SIGHUP.
-fn workload(daemon: &mut Daemon, pid: u32) -> Result<()> {
-    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+fn workload(fs: &Mounted, daemon: &mut Daemon, pid: u32) -> Result<()> {
     let private = fs.path("nobody");
     std::fs::create_dir(&private)?;
     run(Command::new("chown").arg("65534:65534").arg(&private))?;
     std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-    sh(&format!("dd if=/dev/zero of={} bs=1M count=64 status=none", fs.path("root").display()))?;
-    let script = "import os, sys\n\
+    // Both streaming writers paced (about 0.6 s), so that even a daemon
+    // slowed by strace meets their files open.
+    sh(&format!("head -c 64M /dev/zero | pv -qL 100m > {}", fs.path("root").display()))?;
+    let script = "import os, sys, time\n\
                   os.umask(0o077)\n\
-                  open(sys.argv[1] + '/stream', 'wb').write(bytes(64 << 20))\n\
+                  f = open(sys.argv[1] + '/stream', 'wb')\n\
+                  for i in range(64):\n    f.write(bytes(1 << 20)); time.sleep(0.01)\n\
+                  f.close()\n\
                   for i in range(40):\n    open(sys.argv[1] + '/small%d' % i, 'wb').write(bytes(2 << 20))\n";
     run(as_nobody("/usr/bin/python3").args(["-c", script]).arg(&private))?;
     run(Command::new(bin_dir().join("wbctl")).arg("--socket").arg(daemon.socket()).arg("status"))?;
@@ -115,25 +125,50 @@ fn workload(daemon: &mut Daemon, pid: u32) -> Result<()> {
     Ok(())
 }
 
+/// The unit's mount namespace as far as the daemon's work goes, built by
+/// hand: /sys read-only but for the bdi knobs (ProtectKernelTunables,
+/// ReadWritePaths=/sys/devices/virtual/bdi) and /proc with
+/// hidepid=invisible (ProtectProc).  Mounts made outside still propagate
+/// in, as into a service.  Runs its arguments.
+const UNITS_NAMESPACE: &[&str] = &[
+    "unshare",
+    "--mount",
+    "--propagation",
+    "slave",
+    "--",
+    "sh",
+    "-c",
+    "mount --bind /sys/devices/virtual/bdi /sys/devices/virtual/bdi && mount -o remount,bind,ro /sys \
+     && mount -t proc -o hidepid=invisible proc /proc && exec \"$@\"",
+    "sh",
+];
+
 /// The daemon within the bounding set `caps` (and no new privileges, like
-/// the unit) through the workload: its log, or why it did not start.
-fn bounded(caps: &[String]) -> Result<Result<String, String>> {
+/// the unit), in `namespace` (a wrapper, or nothing), through the workload:
+/// its log, or why it did not start.
+fn bounded(caps: &[String], namespace: &[&str]) -> Result<Result<String, String>> {
     let _tracefs = Tracefs::mounted()?;
+    let fs = workload_fs()?;
     let bounding = format!("-all,{}", caps.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(","));
-    let wrapper = ["setpriv", "--bounding-set", &bounding, "--inh-caps", "-all", "--no-new-privs", "--"];
+    let setpriv = ["setpriv", "--bounding-set", &bounding, "--inh-caps", "-all", "--no-new-privs", "--"];
+    let wrapper: Vec<&str> = namespace.iter().chain(&setpriv).copied().collect();
     match Daemon::start_wrapped(&wrapper, Some(POLICY)) {
         Ok(mut d) => {
             let pid = d.pid();
-            workload(&mut d, pid)?;
+            workload(&fs, &mut d, pid)?;
             Ok(Ok(d.stop()?))
         }
         Err(e) => Ok(Err(format!("{e:#}"))),
     }
 }
 
-/// All of the work done, nothing refused.
+/// All of the work done, nothing refused: root's and nobody's streams
+/// (the host's other writers may add theirs), nobody's closed files.
 fn all_done(log: &str) -> bool {
-    stopped_counter(log, "streams") >= 2
+    let streamed =
+        |comm: &str| log.lines().any(|l| l.contains("stream started") && l.contains(&format!(" comm={comm} ")));
+    streamed("pv")
+        && streamed("python3")
         && stopped_counter(log, "closed_files_flushed") >= 1
         && log.lines().any(|l| l.contains("stopping") && l.contains("errors=[]"))
 }
@@ -144,8 +179,21 @@ fn all_done(log: &str) -> bool {
 fn works_within_the_units_bounding_set() -> Result<()> {
     require_root();
     let caps = unit_caps(&unit()?);
-    let log = bounded(&caps)?.map_err(anyhow::Error::msg)?;
+    let log = bounded(&caps, &[])?.map_err(anyhow::Error::msg)?;
     assert!(all_done(&log), "within {caps:?}:\n{log}");
+    Ok(())
+}
+
+/// And in the unit's namespace (systemd is not PID 1 here, so built by
+/// hand): it still paces through the bdi knobs, and puts them back.
+#[test]
+fn works_in_the_units_namespace() -> Result<()> {
+    require_root();
+    let caps = unit_caps(&unit()?);
+    let log = bounded(&caps, UNITS_NAMESPACE)?.map_err(anyhow::Error::msg)?;
+    assert!(all_done(&log), "in the unit's namespace:\n{log}");
+    assert!(log.contains("pacing on") && log.contains("bdi limits restored"), "no pacing:\n{log}");
+    assert!(!log.contains(" WARN ") && !log.contains(" ERROR "), "in the unit's namespace:\n{log}");
     Ok(())
 }
 
@@ -157,7 +205,7 @@ fn each_capability_of_the_unit_is_needed() -> Result<()> {
     let caps = unit_caps(&unit()?);
     for cap in &caps {
         let fewer: Vec<String> = caps.iter().filter(|c| *c != cap).cloned().collect();
-        match bounded(&fewer)? {
+        match bounded(&fewer, &[])? {
             Err(refused) => {
                 let why = refused.lines().find(|l| l.starts_with("writebehindd: ")).unwrap_or("");
                 println!("without {cap}: does not start: {why}");
@@ -253,9 +301,10 @@ fn the_units_syscall_filter_allows_every_call_the_daemon_makes() -> Result<()> {
     let _tracefs = Tracefs::mounted()?;
     let scratch = Scratch::new("strace")?;
     let trace = scratch.0.join("trace").display().to_string();
+    let fs = workload_fs()?;
     let mut d = Daemon::start_wrapped(&["strace", "-f", "-qq", "-o", &trace, "--"], Some(POLICY))?;
     let traced = Traced::of(&d)?;
-    workload(&mut d, traced.daemon as u32)?;
+    workload(&fs, &mut d, traced.daemon as u32)?;
     drop(traced);
     let log = d.stop()?;
     assert!(all_done(&log), "the traced workload was not all done:\n{log}");
