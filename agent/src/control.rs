@@ -382,6 +382,20 @@ mod tests {
     }
 
     #[test]
+    fn the_sockets_directory_must_be_roots_alone() {
+        if unsafe { libc::geteuid() } != 0 {
+            return; // the directories below would not be root's
+        }
+        let base = std::env::temp_dir().join(format!("wb-control-dir-{}", std::process::id()));
+        for (mode, ok) in [(0o755, true), (0o1777, true), (0o777, false), (0o775, false)] {
+            std::fs::create_dir_all(&base).unwrap();
+            std::fs::set_permissions(&base, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(check_dir(&base).is_ok(), ok, "mode {mode:o}");
+        }
+        std::fs::remove_dir(&base).unwrap();
+    }
+
+    #[test]
     fn a_refusal_says_how_to_get_access() {
         assert!(refusal(None).contains("--control-group GROUP"));
         assert!(refusal(Some(0)).contains("group root (gid 0)"), "{}", refusal(Some(0)));
