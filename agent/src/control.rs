@@ -158,7 +158,7 @@ fn refusal(read_group: Option<u32>) -> String {
 
 /// "name (gid N)", or the number alone when the group has no name.
 fn group_name(gid: u32) -> String {
-    // Called once per refused peer on the runtime's one thread.
+    // Called once, when serving starts; no other thread looks groups up (getgrgid's answer is shared).
     let gr = unsafe { libc::getgrgid(gid) };
     if gr.is_null() {
         return format!("gid {gid}");
@@ -187,13 +187,15 @@ pub async fn serve(
         Err(e) => return tracing::error!(error = %e, "control socket unusable"),
     };
     let slots = Arc::new(Slots::default());
+    // Composed once: a flood of refused peers costs no group lookups.
+    let refused = refusal(read_group);
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
         // Credentials first: a peer that may not read takes no slot.
         let Ok(cred) = stream.peer_cred() else { continue };
         let uid = cred.uid();
         if uid != 0 && !read_group.is_some_and(|g| in_group(cred.pid(), cred.gid(), g)) {
-            turn_away(stream, &refusal(read_group));
+            turn_away(stream, &refused);
             continue;
         }
         let Some(slot) = slots.take(uid) else {
