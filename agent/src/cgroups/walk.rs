@@ -19,6 +19,10 @@
 //! - Root-owned cgroups are walked first, under the whole budget; each
 //!   delegated subtree (a directory owned by another user below one owned
 //!   by root) comes after them, under a budget of its own.
+//! - Delegated subtrees are walked at most 1% of the time: after a walk of
+//!   them that took t, the next waits REST × t (at least the usual second);
+//!   meanwhile their last results stand.  Root-owned cgroups (a service
+//!   starting) are walked every time.
 
 use std::{
     collections::HashMap,
@@ -27,6 +31,7 @@ use std::{
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     rc::Rc,
+    time::{Duration, Instant},
 };
 
 use crate::{
@@ -35,6 +40,7 @@ use crate::{
 };
 
 /// A cgroup whose policy is not the root's: it needs a map entry.
+#[derive(Clone)]
 pub struct Found {
     pub id: u64,
     pub path: String,
@@ -66,10 +72,24 @@ struct Listing {
     complete: bool,
 }
 
-/// Keeps delegated directories' listings from one walk to the next.
-#[derive(Default)]
+/// A walk of delegated subtrees that took t is followed by REST × t
+/// without one: they cost at most 1% of a core however many there are.
+const REST: u32 = 100;
+
+/// Keeps delegated directories' listings from one walk to the next, and
+/// what the delegated subtrees held while they rest.
 pub struct Walker {
     listings: HashMap<u64, Listing>,
+    delegated: Vec<Found>,
+    capped: Vec<String>,
+    rest_until: Option<Instant>,
+    rest: u32,
+}
+
+impl Default for Walker {
+    fn default() -> Self {
+        Self { listings: HashMap::new(), delegated: Vec::new(), capped: Vec::new(), rest_until: None, rest: REST }
+    }
 }
 
 /// A cgroup reached by the walk, not yet visited.
@@ -111,21 +131,41 @@ impl Walker {
         let mut delegations = Vec::new();
         let top = Node { dir: v2.to_owned(), path: "/".into(), cursor: set.cursor(), meta };
         pass.out.full = !pass.subtree(top, &mut left, false, &mut delegations);
-        for d in delegations {
-            if left == 0 {
-                pass.out.full = true;
-                break;
+        let now = Instant::now();
+        if self.rest_until.is_some_and(|t| now < t) {
+            // Their directories were not visited: keep what was learned.
+            pass.new.extend(pass.old.drain());
+            let room = left.min(self.delegated.len());
+            pass.out.found.extend_from_slice(&self.delegated[..room]);
+            pass.out.capped = self.capped.clone();
+            pass.out.full |= room < self.delegated.len();
+        } else {
+            let first = pass.out.found.len();
+            for d in delegations {
+                if left == 0 {
+                    pass.out.full = true;
+                    break;
+                }
+                let path = d.path.clone();
+                let mut mine = left.min(per_delegation);
+                let before = mine;
+                if !pass.subtree(d, &mut mine, true, &mut Vec::new()) {
+                    pass.out.capped.push(path);
+                }
+                left -= before - mine;
             }
-            let path = d.path.clone();
-            let mut mine = left.min(per_delegation);
-            let before = mine;
-            if !pass.subtree(d, &mut mine, true, &mut Vec::new()) {
-                pass.out.capped.push(path);
-            }
-            left -= before - mine;
+            self.delegated = pass.out.found[first..].to_vec();
+            self.capped = pass.out.capped.clone();
+            let rest = now.elapsed() * self.rest;
+            self.rest_until = (rest > Duration::from_secs(1)).then(|| now + rest);
         }
         self.listings = pass.new;
         pass.out
+    }
+
+    /// Walk the delegated subtrees next time (the policies changed).
+    pub fn wake(&mut self) {
+        self.rest_until = None;
     }
 }
 
@@ -346,5 +386,25 @@ mod tests {
         let after = w.walk(&t.0, &s, 1000, 1000);
         assert_eq!(after.listed, 3);
         assert!(paths(&after).contains(&"/user.slice/u/c3/new"));
+    }
+
+    #[test]
+    fn delegated_subtrees_rest_after_a_costly_walk() {
+        if !root() {
+            return eprintln!("skipped: delegation needs chown (root)");
+        }
+        let t = tree_with_user(5);
+        let s = set("[[policy]]\ncgroup = \"/user.slice/**\"\nburst = \"1MiB\"\n");
+        // Any walk then earns more than a second of rest.
+        let mut w = Walker { rest: 1_000_000, ..Walker::default() };
+        let first = w.walk(&t.0, &s, 1000, 1000);
+        t.mkdir("/user.slice/u/c0/new");
+        t.mkdir("/user.slice/new");
+        let rested = w.walk(&t.0, &s, 1000, 1000);
+        assert!(paths(&rested).contains(&"/user.slice/new"), "root-owned cgroups are walked every time");
+        assert!(!paths(&rested).contains(&"/user.slice/u/c0/new"), "{:?}", paths(&rested));
+        assert_eq!(rested.found.len(), first.found.len() + 1, "the delegation's last results stand");
+        w.wake();
+        assert!(paths(&w.walk(&t.0, &s, 1000, 1000)).contains(&"/user.slice/u/c0/new"));
     }
 }
