@@ -39,9 +39,10 @@ fn copy_as_nobody(src: &Path, mount: &Path, dst: &Path) -> Result<()> {
     let left = log.lines().find(|l| l.contains("left to the kernel") && l.contains(&format!("dev={dev}")));
     assert!(left.is_none(), "{left:?}\n{log}");
     assert!(log.contains(&format!("reached by file handle mount={}", mount.display())), "{log}");
-    assert!(!log.contains("no_handle"), "{log}");
     // Files closed before the writer counted as streaming (its first MiB)
-    // are the only ones not flushed by handle.
+    // are the only ones not flushed by handle.  The counter is the whole
+    // host's (others' closed files add to it): the two checks above say
+    // this mount's were among them.
     assert!(flushed >= FILES as u64 * 9 / 10, "{flushed} of {FILES} closed files flushed by handle:\n{log}");
     Ok(())
 }
