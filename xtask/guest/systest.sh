@@ -2,10 +2,13 @@
 # The system test of `cargo xtask systest`, run as root inside the Debian 12
 # guest (systemd as PID 1) by wb-systest.service from the read-only disk
 # mounted at /run/systest, which also holds what to install: a .deb
-# (writebehindd.deb) or, until `cargo xtask deb` exists, the binaries and
-# the unit (files/).  Each result is one line on the serial console:
+# (writebehindd.deb) or, with --no-deb, the binaries and the unit (files/).  Each result is one line on the serial console:
 #   systest: PASS|FAIL|SKIP <check> [detail]    systest: MEASURE <what> <value>
 # The host counts them; the unit prints "systest: exit N" after this.
+# Two boots: the first installs, enables and starts the service, then exits
+# 100, which makes the unit reboot instead of powering off (the snapshot
+# overlay keeps the root's changes across it); the second checks the
+# service came up at boot by itself and goes on with the rest.
 set -u
 S=/run/systest
 # shellcheck source=/dev/null
@@ -25,7 +28,7 @@ check() {
     if "$@"; then pass "$name"; else fail "$name"; fi
 }
 prop() { systemctl show -p "$1" --value writebehindd; }
-log() { journalctl -u writebehindd -o cat --no-pager; }
+log() { journalctl -b -u writebehindd -o cat --no-pager; }
 now_us() { echo $(($(date +%s%N) / 1000)); }
 # Polls `cmd` (a command or function, run afresh each time: arguments are
 # expanded once) every 0.2 s for up to $1 seconds.
@@ -42,28 +45,10 @@ logged() { log | grep -q -- "$1"; }
 # Logged since `date +%s` read $1.
 logged_since() { journalctl -u writebehindd --since "@$1" -o cat --no-pager | grep -q -- "$2"; }
 
-echo "systest: kernel $(uname -r), $(systemctl --version | head -1)"
-check "pid1-is-systemd" [ "$(cat /proc/1/comm)" = systemd ]
-check "cgroup2-unified" [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]
-# systemd-analyze waits for the whole boot, which ends with this test:
-# multi-user.target's activation, in µs since the kernel started.
-measure boot-to-multi-user "$(($(systemctl show -p ActiveEnterTimestampMonotonic --value multi-user.target) / 1000)) ms"
-
-# The workload's filesystem: a loop device, as the host tests use, made
-# before the install so that its knobs' values before install are known.
-truncate -s 1G /var/tmp/wb.img
-loop=$(losetup -f --show /var/tmp/wb.img)
-mkfs.ext4 -q "$loop"
-mkdir -p /mnt/wb
-mount "$loop" /mnt/wb
-bdi=/sys/class/bdi/$(mountpoint -d /mnt/wb)
+STATE=/var/lib/wb-systest
 # Every bdi's limits (max_bytes reads back as a share of a moving limit:
 # max_ratio_fine is what holds the ceiling).
 knobs() { grep -H . /sys/class/bdi/*/{strict_limit,max_ratio,min_ratio,max_ratio_fine} 2>/dev/null; }
-before_install=$(knobs)
-if [ -e "$bdi/max_bytes" ]; then paces=1; else paces=0; fi
-# 96 MiB of random data, the file written during the kill.
-head -c 96M /dev/urandom >/var/tmp/src
 # The knobs of `expected` (knobs' output) as they read now: a bdi that
 # appeared since (sr0's, 11:0, shows up during the test) is not compared.
 knobs_now() {
@@ -78,16 +63,45 @@ knobs_are() {
         diff <(echo "$expected") <(knobs_now "$expected") | sed 's/^/systest:   /'
     fi
 }
+# The workload's filesystem: a loop device, as the host tests use, made
+# before the install so that its knobs' values before install are known
+# (and attached again after the reboot).
+workload_fs() {
+    loop=$(losetup -f --show /var/tmp/wb.img)
+    mkdir -p /mnt/wb
+    mount "$loop" /mnt/wb
+    bdi=/sys/class/bdi/$(mountpoint -d /mnt/wb)
+    if [ -e "$bdi/max_bytes" ]; then paces=1; else paces=0; fi
+}
+not_running() {
+    echo "systest: the service is not running; the boot's journal:"
+    journalctl -b --no-pager -n 200 | sed 's/^/systest:   /'
+    exit 1
+}
+
+if [ ! -e $STATE/installed ]; then
+echo "systest: kernel $(uname -r), $(systemctl --version | head -1)"
+check "pid1-is-systemd" [ "$(cat /proc/1/comm)" = systemd ]
+check "cgroup2-unified" [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]
+# systemd-analyze waits for the whole boot, which ends with this test:
+# multi-user.target's activation, in µs since the kernel started.
+measure boot-to-multi-user "$(($(systemctl show -p ActiveEnterTimestampMonotonic --value multi-user.target) / 1000)) ms"
+
+truncate -s 1G /var/tmp/wb.img
+mkfs.ext4 -q -F /var/tmp/wb.img
+workload_fs
+mkdir -p $STATE
+knobs >$STATE/before-install
+# 96 MiB of random data, the file written during the kill.
+head -c 96M /dev/urandom >/var/tmp/src
 
 # Install.
 if [ -f $S/writebehindd.deb ]; then
-    deb=1
     # (not --no-download: apt 2.6 then fails with "Internal Error, Pathname
     # to install is not absolute"; the guest has no network anyway)
     check "apt-install-local-deb" apt-get install -y -q $S/writebehindd.deb
 else
-    deb=0
-    skip "apt-install-local-deb" "no .deb yet: binaries and unit copied"
+    skip "apt-install-local-deb" "--no-deb: binaries and unit copied"
     install -m 755 $S/files/writebehindd $S/files/wbctl /usr/local/bin/
     install -m 644 $S/files/writebehindd.service /etc/systemd/system/
     systemctl daemon-reload
@@ -104,13 +118,22 @@ ready=$(prop ActiveEnterTimestampMonotonic)
 measure start-to-ready "$(((ready - start) / 1000)) ms (exec to READY=1; enable --now took $(((t1 - t0) / 1000)) ms)"
 check "ready-reached" [ "$ready" -gt "$start" ]
 check "fentry-backend" logged "backend=fentry"
-pid=$(prop MainPID)
-ready_at=$(date +%s)
-if [ "$pid" = 0 ]; then
-    echo "systest: the service is not running; its journal:"
-    journalctl -b --no-pager -n 200 | sed 's/^/systest:   /'
-    exit 1
+[ "$(prop MainPID)" = 0 ] && not_running
+touch $STATE/installed
+((failed)) && exit 1
+umount /mnt/wb
+exit 100
 fi
+
+# The second boot: the service was enabled, so it started by itself.
+workload_fs
+check "started-at-boot" [ "$(prop ActiveState)/$(prop SubState)/$(prop UnitFileState)" = active/running/enabled ]
+[ "$(prop MainPID)" = 0 ] && not_running
+start=$(prop ExecMainStartTimestampMonotonic)
+ready=$(prop ActiveEnterTimestampMonotonic)
+measure boot-to-ready "$((ready / 1000)) ms from the kernel's start (exec to READY=1 $(((ready - start) / 1000)) ms; multi-user.target at $(($(systemctl show -p ActiveEnterTimestampMonotonic --value multi-user.target) / 1000)) ms)"
+check "fentry-backend-at-boot" logged "backend=fentry"
+pid=$(prop MainPID)
 
 # A streaming writer: stream started/ended and, where the kernel has
 # per-bdi max_bytes (6.2+), pacing on/off; then a reload.  pv reads a file:
@@ -130,8 +153,9 @@ fi
 systemctl reload writebehindd
 check "journal-reload" wait_for 20 logged "policies reloaded"
 
-# The watchdog (WatchdogSec) must not fire: the same process for WATCH s.
-rest=$((WATCH - ($(date +%s) - ready_at)))
+# The watchdog (WatchdogSec) must not fire: the same process for WATCH s
+# since READY (monotonic µs, as /proc/uptime counts them here).
+rest=$((WATCH - ($(cut -d. -f1 /proc/uptime) - ready / 1000000)))
 ((rest > 0)) && sleep $rest
 check "no-restart-${WATCH}s" [ "$(prop NRestarts)/$(prop MainPID)/$(prop ActiveState)" = "0/$pid/active" ]
 
@@ -180,10 +204,10 @@ measure exposure "${score:-none}"
 check "exposure-at-most-$MAX_EXPOSURE" awk -v s="${score%% *}" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(s != "" && s <= m) }' 
 
 # Purge.
-if ((deb)); then
+if [ -f $S/writebehindd.deb ]; then
     check "apt-purge" apt-get purge -y -q writebehindd
 else
-    skip "apt-purge" "no .deb yet: disabled, stopped and removed by hand"
+    skip "apt-purge" "--no-deb: disabled, stopped and removed by hand"
     systemctl disable --now writebehindd
     rm -f /usr/local/bin/writebehindd /usr/local/bin/wbctl /etc/systemd/system/writebehindd.service
     systemctl daemon-reload
@@ -191,7 +215,7 @@ else
 fi
 check "unit-gone" [ "$(systemctl show -p LoadState --value writebehindd)" = not-found ]
 check "no-process" [ -z "$(pgrep -x writebehindd)" ]
-knobs_are "knobs-as-before-install" "$before_install"
+knobs_are "knobs-as-before-install" "$(cat $STATE/before-install)"
 left=$(find /etc /run -path $S -prune -o -name '*writebehind*' -print)
 check "nothing-in-etc-or-run" [ -z "$left" ]
 [ -n "$left" ] && echo "systest: left: $left"

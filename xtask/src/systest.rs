@@ -8,7 +8,8 @@
 //! apt from the local file (`cargo xtask deb`'s, built now, or --deb FILE;
 //! --no-deb copies the debug binaries and the unit instead, without a
 //! release build), then checks the service's life: enable --now,
-//! READY, the fentry backend, no watchdog restart over WATCH seconds, the
+//! READY, the fentry backend; after a reboot, that it started at boot (and
+//! how long after the kernel), no watchdog restart over WATCH seconds, the
 //! journal's decisions, kill -9 (restart, knobs back, a file written across
 //! it intact), the security exposure score, purge.
 
@@ -28,8 +29,9 @@ const KERNELS: &[&str] = &["6.1", "6.12"];
 /// WatchdogSec is 10 s): the issue asks for a minute; without --quick, 5.
 const WATCH_QUICK: u64 = 60;
 const WATCH_FULL: u64 = 300;
-/// One guest run, boot to power-off (measured with --quick: 159 s on 6.1,
-/// 165 s on 6.12; the full run watches 4 minutes longer).
+/// One guest run, both boots to power-off (measured with --quick: about
+/// 160-210 s per kernel, depending on the host's load; the full run
+/// watches 4 minutes longer).
 const TIMEOUT_QUICK: Duration = Duration::from_secs(8 * 60);
 const TIMEOUT_FULL: Duration = Duration::from_secs(15 * 60);
 
@@ -92,7 +94,8 @@ fn results(log: &[String]) -> (Option<i32>, Vec<String>) {
     for l in log {
         let Some((_, r)) = l.split_once("systest: ") else { continue };
         if let Some(rc) = r.strip_prefix("exit ") {
-            exit = rc.trim().parse().ok();
+            // 100: the first boot's part is done, the guest reboots.
+            exit = rc.trim().parse().ok().filter(|rc| *rc != 100);
         } else if ["PASS", "FAIL", "SKIP", "MEASURE"].iter().any(|k| r.starts_with(k)) {
             lines.push(r.to_owned());
         }
@@ -148,7 +151,9 @@ pub fn main(args: &[String]) -> Result<()> {
         let kernel = image.kernel(k)?;
         println!("systest: booting {} under qemu (TCG)", kernel.release);
         let started = Instant::now();
-        let log = guest::boot(&image, &kernel, &disk, if quick { TIMEOUT_QUICK } else { TIMEOUT_FULL })?;
+        // One reboot: the test's first boot installs, the second checks the
+        // service starts at boot.
+        let log = guest::boot(&image, &kernel, &disk, if quick { TIMEOUT_QUICK } else { TIMEOUT_FULL }, 1)?;
         let (exit, lines) = results(&log);
         outcomes.push(Outcome { kernel: kernel.release, secs: started.elapsed().as_secs_f64(), exit, lines });
     }
