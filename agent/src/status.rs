@@ -162,6 +162,12 @@ pub fn printable_json(json: &str) -> String {
     out
 }
 
+/// Whether `c` is one `printable` escapes for a terminal's sake (control
+/// characters, C1, bidi overrides; not the backslash).
+pub fn acts_on_terminal(c: char) -> bool {
+    c.is_control() || unsafe_to_show(c)
+}
+
 /// Non-ASCII characters a terminal acts on instead of showing: C1 controls
 /// (U+0080..U+009F, e.g. CSI), line/paragraph separators and the bidi
 /// embeddings, overrides and isolates that reorder what follows them.
@@ -184,6 +190,8 @@ mod tests {
         assert_eq!(printable("evil\u{202e}txt.exe"), "evil\\u{202e}txt.exe");
         // Backslash is escaped too, so "\x1b" typed literally cannot pass for an escape.
         assert_eq!(printable("\\x1b"), "\\\\x1b");
+        // What wbctl leaves byte-exact in machine-read text: a backslash is not a control.
+        assert!(acts_on_terminal('\x1b') && acts_on_terminal('\u{9b}') && !acts_on_terminal('\\'));
         // Printable non-ASCII stays readable (the daemon decodes invalid UTF-8 as U+FFFD).
         assert_eq!(printable("kopie-ü-日本 \u{fffd}"), "kopie-ü-日本 \u{fffd}");
     }

@@ -11,7 +11,8 @@ use std::{
 
 use clap::{CommandFactory, Parser, Subcommand};
 use writebehindd::status::{
-    DeviceStatus, PROTOCOL, Request, Response, SOCKET, Status, StreamStatus, printable, printable_json,
+    DeviceStatus, PROTOCOL, Request, Response, SOCKET, Status, StreamStatus, acts_on_terminal, printable,
+    printable_json,
 };
 
 #[derive(Parser)]
@@ -96,11 +97,16 @@ fn run(cli: &Cli) -> Result<(), String> {
                 }
             }
         }
-        // Metrics and messages: line by line, so only their own newlines stay raw.
+        // Metrics and messages, read by machines too: byte for byte, but for
+        // a line holding a control character (which OpenMetrics forbids anyway).
         _ => {
             let text = data.as_str().map(str::to_owned).unwrap_or_else(|| data.to_string());
             for line in text.trim_end().lines() {
-                println!("{}", printable(line));
+                if line.chars().any(acts_on_terminal) {
+                    println!("{}", printable(line));
+                } else {
+                    println!("{line}");
+                }
             }
         }
     }
