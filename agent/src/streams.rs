@@ -14,6 +14,7 @@ use crate::{
     devices::Devices,
     flusher::{Batch, Flush, Flushers, StreamFile, Target},
     handles::ClosedFile,
+    status::printable,
     sys::{self, FileId},
 };
 
@@ -141,7 +142,7 @@ impl StreamTable {
     pub fn handle(&mut self, kind: EventKind, ev: &wb_event) {
         self.counters.add(&self.counters.events, 1);
         tracing::debug!(
-            kind = ?kind, pid = ev.tgid, fd = ev.fd, ino = ev.ino, start = ev.start, end = ev.end, comm = %ev.comm(),
+            kind = ?kind, pid = ev.tgid, fd = ev.fd, ino = ev.ino, start = ev.start, end = ev.end, comm = %printable(&ev.comm()),
             "event"
         );
         let key = StreamKey { tgid: ev.tgid, file: FileId { dev: ev.st_dev(), ino: ev.ino } };
@@ -213,7 +214,7 @@ impl StreamTable {
             gap: Duration::ZERO,
         };
         tracing::info!(
-            pid = key.tgid, uid = ev.uid, comm = %stream.comm, fd = ev.fd, ino = key.file.ino,
+            pid = key.tgid, uid = ev.uid, comm = %printable(&stream.comm), fd = ev.fd, ino = key.file.ino,
             bdi = %stream.bdi, "stream started"
         );
         self.counters.add(&self.counters.streams_started, 1);
@@ -248,7 +249,7 @@ impl StreamTable {
         }
         let now = Instant::now();
         let w = self.writers.entry(key.tgid).or_insert_with(|| {
-            tracing::info!(pid = key.tgid, comm = %ev.comm(), bdi = %ev.bdi(), "multi-file writer started");
+            tracing::info!(pid = key.tgid, comm = %printable(&ev.comm()), bdi = %ev.bdi(), "multi-file writer started");
             Writer { comm: ev.comm(), bdi: ev.bdi(), files: 0, bytes: 0, started: now, last: now }
         });
         w.files += 1;
@@ -283,7 +284,7 @@ impl StreamTable {
             let idle = now - w.last >= WRITER_IDLE;
             if idle {
                 tracing::info!(
-                    pid, comm = %w.comm, files = w.files, bytes = w.bytes,
+                    pid, comm = %printable(&w.comm), files = w.files, bytes = w.bytes,
                     secs = format!("{:.1}", (w.last - w.started).as_secs_f64()), "multi-file writer ended"
                 );
             }
@@ -356,7 +357,7 @@ impl StreamTable {
         }
         let secs = s.started.elapsed().as_secs_f64();
         tracing::info!(
-            pid = key.tgid, comm = %s.comm, fd = s.fd, ino = key.file.ino, bdi = %s.bdi,
+            pid = key.tgid, comm = %printable(&s.comm), fd = s.fd, ino = key.file.ino, bdi = %s.bdi,
             bytes = s.bytes + tail, spans = s.spans, secs = format!("{secs:.1}"),
             "stream ended ({why})"
         );
