@@ -5,9 +5,8 @@
 //! instance at a time: a second one, or `--restore`, refuses while one runs.
 
 use std::{
-    os::unix::process::CommandExt,
     path::Path,
-    process::{Child, Command, ExitStatus, Stdio},
+    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -15,35 +14,10 @@ use anyhow::Result;
 use wb_tests::{daemon::run_writebehindd, *};
 use writebehindd::pacing::JOURNAL;
 
-/// A streaming writer: `size` (head -c's syntax) of zeros at 150 MiB/s, in a
-/// process group of its own so that dropping it stops the whole pipeline.
-struct Writer(Child);
-
-impl Writer {
-    fn start(fs: &Mounted, size: &str) -> Result<Self> {
-        let dst = fs.path("stream");
-        Ok(Self(
-            Command::new("sh")
-                .arg("-c")
-                .arg(format!("head -c {size} /dev/zero | pv -qL 150m > {}", dst.display()))
-                .stdin(Stdio::null())
-                .process_group(0)
-                .spawn()?,
-        ))
-    }
-
-    fn wait(&mut self) -> Result<ExitStatus> {
-        Ok(self.0.wait()?)
-    }
-}
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
-            let _ = self.0.wait();
-        }
-    }
+/// A streaming writer: `size` (head -c's syntax) of zeros at 150 MiB/s,
+/// killed with its whole pipeline when dropped.
+fn writer(fs: &Mounted, size: &str) -> Result<Background> {
+    Background::sh(&format!("head -c {size} /dev/zero | pv -qL 150m > {}", fs.path("stream").display()))
 }
 
 /// Whatever happens in a test, it leaves the device's pacing knobs as it
@@ -67,7 +41,7 @@ fn bdi_limits_are_set_while_streaming_and_restored() -> Result<()> {
 
     // Set while streaming, restored by a clean stop (the writer still runs).
     let daemon = Daemon::start()?;
-    let mut w = Writer::start(&fs, "1536M")?;
+    let mut w = writer(&fs, "1536M")?;
     knobs.wait_for("1", "while streaming")?;
     println!("  paced: max_bytes={}", knobs.get("max_bytes"));
     let log = daemon.stop()?;
@@ -77,7 +51,7 @@ fn bdi_limits_are_set_while_streaming_and_restored() -> Result<()> {
 
     // kill -9 leaves them set; the next start puts them back.
     let daemon = Daemon::start()?;
-    let mut w = Writer::start(&fs, "1536M")?;
+    let mut w = writer(&fs, "1536M")?;
     knobs.wait_for("1", "second run")?;
     daemon.kill()?;
     w.wait()?;
@@ -89,7 +63,7 @@ fn bdi_limits_are_set_while_streaming_and_restored() -> Result<()> {
 
     // An administrator's change wins: the daemon stops pacing and leaves it.
     let daemon = Daemon::start()?;
-    let mut w = Writer::start(&fs, "1536M")?;
+    let mut w = writer(&fs, "1536M")?;
     knobs.wait_for("1", "third run")?;
     std::fs::write(format!("{}/strict_limit", knobs.dir), "0")?;
     std::thread::sleep(Duration::from_millis(1500));
@@ -112,7 +86,7 @@ fn a_second_instance_and_restore_refuse_while_one_runs() -> Result<()> {
     let knobs = BdiKnobs::of(&fs)?;
     let (original, _guards) = keep(&knobs)?;
     let daemon = Daemon::start()?;
-    let _w = Writer::start(&fs, "1536M")?;
+    let _w = writer(&fs, "1536M")?;
     knobs.wait_for("1", "while streaming")?;
 
     // Like the test daemon, never the host's policies or control socket.
@@ -146,7 +120,7 @@ fn restore_after_kill_puts_the_values_back() -> Result<()> {
     let knobs = BdiKnobs::of(&fs)?;
     let (original, _guards) = keep(&knobs)?;
     let daemon = Daemon::start()?;
-    let _w = Writer::start(&fs, "1536M")?;
+    let _w = writer(&fs, "1536M")?;
     knobs.wait_for("1", "while streaming")?;
     let log = daemon.kill()?;
     assert_eq!(knobs.get("strict_limit"), "1", "a killed daemon cannot restore:\n{log}");
@@ -214,7 +188,7 @@ fn killed_at_any_knob_write_the_values_come_back() -> Result<()> {
         strace.push("--".into());
         let strace: Vec<&str> = strace.iter().map(String::as_str).collect();
         let mut daemon = Daemon::start_wrapped(&strace, None)?;
-        let _w = Writer::start(&fs, "512M")?;
+        let _w = writer(&fs, "512M")?;
         let status = daemon.wait_exit(Duration::from_secs(30))?;
         let log = daemon.log_text();
         assert!(!status.success(), "knob write {n}: the daemon was not killed ({status}):\n{log}");
@@ -224,7 +198,7 @@ fn killed_at_any_knob_write_the_values_come_back() -> Result<()> {
     // The release at a stop: attached once the device is paced, the
     // first write is the ceiling put back, the second strict_limit.
     let mut daemon = Daemon::start()?;
-    let _w = Writer::start(&fs, "1536M")?;
+    let _w = writer(&fs, "1536M")?;
     knobs.wait_for("1", "while streaming")?;
     let pid = daemon.pid().to_string();
     let mut strace = strace_killing_at(2, &paths, &trace);
