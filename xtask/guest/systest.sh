@@ -153,6 +153,47 @@ fi
 systemctl reload writebehindd
 check "journal-reload" wait_for 20 logged "policies reloaded"
 
+# Policies against real services: a drop-in for two units, picked up by a
+# reload; a backup service is held to its own window, a database's writer
+# is left alone, `wbctl policy --pid` names the table that applies; a broken
+# drop-in is logged with its file and line, and the policy stays.
+D=/etc/writebehindd/policies.d
+cat >$D/50-systest.toml <<'TOML'
+[[policy]]
+cgroup = "/system.slice/backup.service"
+window = "16MiB"
+
+[[policy]]
+cgroup = "/system.slice/database.service"
+mode = "off"
+TOML
+t=$(date +%s)
+systemctl reload writebehindd
+check "reload-picks-up-drop-in" wait_for 20 logged_since "$t" "policies reloaded.*50-systest.toml"
+head -c 64M /var/tmp/src >/var/tmp/part
+systemd-run -q --unit=backup sh -c 'pv -qL 16m /var/tmp/part >/mnt/wb/backup'
+sleep 1
+policy=$(wbctl policy --pid "$(systemctl show -p MainPID --value backup)")
+check "wbctl-policy-names-the-service" grep -q 'backup.service' <<<"$policy"
+wait_for 30 logged_since "$t" "stream ended.*ino=$(stat -c %i /mnt/wb/backup) "
+# 64 MiB in 16 MiB windows, the first one after the 16 MiB burst: 3-4
+# spans, where the root policy's window (0.03 s of bandwidth, 2 MiB or
+# more) gives far more.
+spans=$(journalctl -u writebehindd --since "@$t" -o cat | grep "stream ended.*ino=$(stat -c %i /mnt/wb/backup) " | sed -n 's/.*spans=\([0-9]*\).*/\1/p' | tail -1)
+measure backup-spans "${spans:-none} (64 MiB, window 16 MiB)"
+check "backup-held-to-its-window" [ "${spans:-0}" -ge 2 -a "${spans:-99}" -le 5 ]
+systemd-run -q --unit=database --wait sh -c 'pv -qL 32m /var/tmp/part >/mnt/wb/db' >/dev/null
+sleep 1
+not_logged_since() { ! logged_since "$@"; }
+check "database-left-alone" not_logged_since "$t" "stream started.*ino=$(stat -c %i /mnt/wb/db) "
+printf 'burst = "lots"\n' >$D/60-broken.toml
+t=$(date +%s)
+systemctl reload writebehindd
+check "broken-drop-in-logged-with-file-and-line" wait_for 20 logged_since "$t" "60-broken.toml: TOML parse error at line 1"
+check "old-policy-stays" grep -q 'backup.service' <<<"$(wbctl policy --cgroup /system.slice/backup.service)"
+rm -f $D/50-systest.toml $D/60-broken.toml /mnt/wb/backup /mnt/wb/db /var/tmp/part
+systemctl reload writebehindd
+
 # The watchdog (WatchdogSec) must not fire: the same process for WATCH s
 # since READY (monotonic µs, as /proc/uptime counts them here).
 rest=$((WATCH - ($(cut -d. -f1 /proc/uptime) - ready / 1000000)))
@@ -193,6 +234,27 @@ check "file-written-across-kill-identical" cmp /var/tmp/src /mnt/wb/copy
 # its pacing ends before the knobs are compared.
 if logged_since "$killed_s" "pacing on"; then wait_for 30 logged_since "$killed_s" "pacing off"; fi
 knobs_are "knobs-back-after-kill" "$before_kill"
+
+# Who may read: root; a member of the group given with --control-group
+# (a drop-in, as an administrator would add it); anyone else is refused
+# with how to get access.
+groupadd -f wbread
+id alice >/dev/null 2>&1 || useradd -M -G wbread alice
+id bob >/dev/null 2>&1 || useradd -M bob
+mkdir -p /etc/systemd/system/writebehindd.service.d
+printf '[Service]\nExecStart=\nExecStart=%s --control-group wbread\n' "$(command -v writebehindd)" \
+    >/etc/systemd/system/writebehindd.service.d/group.conf
+systemctl daemon-reload
+systemctl restart writebehindd
+check "wbctl-status-root" wbctl status
+check "wbctl-status-group-member" runuser -u alice -- wbctl status
+refused_with_how() { ! runuser -u bob -- wbctl status >/dev/null 2>&1 && runuser -u bob -- wbctl status 2>&1 | grep -q -- "--control-group"; }
+check "wbctl-status-refused-with-how" refused_with_how
+refusal=$(runuser -u bob -- wbctl status 2>&1)
+echo "systest:   bob is told: $refusal"
+rm -rf /etc/systemd/system/writebehindd.service.d
+systemctl daemon-reload
+systemctl restart writebehindd
 
 echo "systest: journalctl -u writebehindd:"
 log | sed 's/^/systest:   /'
