@@ -192,9 +192,25 @@ fn works_in_the_units_namespace() -> Result<()> {
     let caps = unit_caps(&unit()?);
     let log = bounded(&caps, UNITS_NAMESPACE)?.map_err(anyhow::Error::msg)?;
     assert!(all_done(&log), "in the unit's namespace:\n{log}");
-    assert!(log.contains("pacing on") && log.contains("bdi limits restored"), "no pacing:\n{log}");
-    assert!(!log.contains(" WARN ") && !log.contains(" ERROR "), "in the unit's namespace:\n{log}");
+    // Linux 6.1 (vmtest's kernel) has no per-bdi max_bytes: nothing to pace.
+    if kernel_paces() {
+        assert!(log.contains("pacing on") && log.contains("bdi limits restored"), "no pacing:\n{log}");
+    }
+    // What the kernel or the test machine lacks, not the namespace.
+    let expected = ["no per-device strict_limit/max_bytes", "RLIMIT_NOFILE is low"];
+    let unexpected = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .filter(|l| !expected.iter().any(|e| l.contains(e)))
+        .count();
+    assert_eq!(unexpected, 0, "in the unit's namespace:\n{log}");
     Ok(())
+}
+
+/// Whether this kernel has the per-bdi knobs pacing writes (Linux 6.2+).
+fn kernel_paces() -> bool {
+    let mut bdis = std::fs::read_dir("/sys/class/bdi").into_iter().flatten().flatten();
+    bdis.next().is_some_and(|b| b.path().join("max_bytes").exists())
 }
 
 /// Each capability the unit keeps is needed: without it the daemon does

@@ -64,6 +64,8 @@ pub struct Pacer {
     recovered: usize,
     /// Inside recover(): stepping aside is not for the whole run.
     recovering: bool,
+    /// The kernel's lack of the knobs was logged.
+    unavailable_logged: bool,
 }
 
 impl Pacer {
@@ -76,8 +78,15 @@ impl Pacer {
     }
 
     pub fn with_paths(root: PathBuf, journal: PathBuf) -> Self {
-        let mut me =
-            Self { root, journal, paced: HashMap::new(), hands_off: HashSet::new(), recovered: 0, recovering: false };
+        let mut me = Self {
+            root,
+            journal,
+            paced: HashMap::new(),
+            hands_off: HashSet::new(),
+            recovered: 0,
+            recovering: false,
+            unavailable_logged: false,
+        };
         me.recover();
         me
     }
@@ -100,7 +109,14 @@ impl Pacer {
     /// Caps `bdi` at `budget` dirty bytes, strictly.  Returns false if the
     /// agent stepped aside for this device.
     pub fn pace(&mut self, bdi: &str, budget: u64) -> Result<bool> {
-        if self.hands_off.contains(bdi) || !self.available(bdi) {
+        if !self.available(bdi) {
+            // Linux 6.1 (Debian 12's default kernel) has neither knob.
+            if !std::mem::replace(&mut self.unavailable_logged, true) {
+                tracing::warn!(bdi, "no per-device strict_limit/max_bytes (Linux 6.2+): devices are not paced");
+            }
+            return Ok(false);
+        }
+        if self.hands_off.contains(bdi) {
             return Ok(false);
         }
         let now = self.read(bdi)?;
