@@ -12,7 +12,10 @@
 set -u
 S=/run/systest
 # shellcheck source=/dev/null
-. $S/config # WATCH: seconds the service must run without a restart
+# WATCH: seconds the service must run without a restart; USB: quick|full;
+# ONLY_USB: 1 skips the second boot's other checks; STICK_BPS: the sticks'
+# write throttle.
+. $S/config
 MAX_EXPOSURE=2.0
 failed=0
 pass() { echo "systest: PASS $*"; }
@@ -134,6 +137,13 @@ ready=$(prop ActiveEnterTimestampMonotonic)
 measure boot-to-ready "$((ready / 1000)) ms from the kernel's start (exec to READY=1 $(((ready - start) / 1000)) ms; multi-user.target at $(($(systemctl show -p ActiveEnterTimestampMonotonic --value multi-user.target) / 1000)) ms)"
 check "fentry-backend-at-boot" logged "backend=fentry"
 pid=$(prop MainPID)
+if ((ONLY_USB)); then
+    # shellcheck source=usb.sh
+    . $S/usb.sh
+    umount /mnt/wb
+    losetup -d "$loop"
+    exit $failed
+fi
 
 # A streaming writer: stream started/ended and, where the kernel has
 # per-bdi max_bytes (6.2+), pacing on/off; then a reload.  pv reads a file:
@@ -258,6 +268,9 @@ echo "systest:   bob is told: $refusal"
 rm -rf /etc/systemd/system/writebehindd.service.d
 systemctl daemon-reload
 systemctl restart writebehindd
+
+# shellcheck source=usb.sh
+. $S/usb.sh
 
 echo "systest: journalctl -u writebehindd:"
 log | sed 's/^/systest:   /'

@@ -24,6 +24,9 @@ use anyhow::{Context, Result, bail};
 
 use crate::vmtest::{need, run};
 
+mod sticks;
+pub use sticks::Sticks;
+
 const SUITE: &str = "bookworm";
 const MIRRORS: &[&str] = &[
     "deb http://deb.debian.org/debian bookworm main",
@@ -32,7 +35,9 @@ const MIRRORS: &[&str] = &[
 ];
 /// Beyond minbase: systemd as init, the two kernels, and what the test
 /// script uses (mkfs.ext4 for its loop filesystem, pv for a paced writer,
-/// procps for pgrep).  systemd-analyze and journalctl come with systemd.
+/// procps for pgrep; for the USB sticks mkfs.vfat, mkfs.exfat, mkfs.ntfs,
+/// rsync and GLib's `gio copy`).  systemd-analyze and journalctl come with
+/// systemd.
 const PACKAGES: &[&str] = &[
     "systemd",
     "systemd-sysv",
@@ -44,6 +49,11 @@ const PACKAGES: &[&str] = &[
     "procps",
     "kmod",
     "pv",
+    "dosfstools",
+    "exfatprogs",
+    "ntfs-3g",
+    "rsync",
+    "libglib2.0-bin",
 ];
 /// initramfs-tools' default (MODULES=most) makes 35 MiB initrds; the guest
 /// needs only its root disk's drivers (6 MiB each, and faster to unpack
@@ -208,12 +218,20 @@ pub fn disk_of(dir: &Path, disk: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Boots `kernel` on the image with `share` as its second disk, echoing the
-/// serial console; returns it once the guest powers off (or at `timeout`).
+/// Boots `kernel` on the image with `share` as its second disk (and
+/// `sticks`, if any, on a USB controller), echoing the serial console;
+/// returns it once the guest powers off (or at `timeout`).
 /// The guest may reboot `reboots` times (the snapshot lives as long as
 /// qemu); a kernel panic (panic=-1 reboots at once) or one reboot more
 /// ends the run.
-pub fn boot(image: &Image, kernel: &Kernel, share: &Path, timeout: Duration, reboots: usize) -> Result<Vec<String>> {
+pub fn boot(
+    image: &Image,
+    kernel: &Kernel,
+    share: &Path,
+    sticks: Option<&Sticks>,
+    timeout: Duration,
+    reboots: usize,
+) -> Result<Vec<String>> {
     let mut qemu = Command::new("timeout")
         .args(["--signal=KILL", &timeout.as_secs().to_string(), "qemu-system-x86_64"])
         .args(["-m", "2G", "-smp", "2", "-accel", "tcg,thread=multi", "-cpu", "max"])
@@ -232,6 +250,7 @@ pub fn boot(image: &Image, kernel: &Kernel, share: &Path, timeout: Duration, reb
         .arg(format!("file={},if=virtio,format=raw,snapshot=on", image.disk.display()))
         .arg("-drive")
         .arg(format!("file={},if=virtio,format=raw,readonly=on", share.display()))
+        .args(sticks.map(Sticks::qemu_args).unwrap_or_default())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -243,6 +262,9 @@ pub fn boot(image: &Image, kernel: &Kernel, share: &Path, timeout: Duration, reb
         // The firmware's screen control codes are noise in a CI log.
         let clean: String = line.chars().filter(|c| !c.is_control() || *c == '\t').collect();
         println!("{clean}");
+        if let Some(Err(e)) = sticks.map(|s| s.relay(&clean)) {
+            println!("sticks: {e:#}");
+        }
         let restarts = log.iter().filter(|l: &&String| l.contains("reboot: Restarting system")).count();
         if clean.contains("Kernel panic") || restarts > reboots {
             // timeout passes SIGTERM on to qemu.

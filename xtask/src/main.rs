@@ -30,12 +30,14 @@ commands:
   vmtest [--quick]   run the integration tests on a stock Debian kernel under qemu (TCG),
                      on the fentry backend and on the tracepoint backend (about 25 min;
                      --quick, which `test` runs: fewer tests, fentry only, about 4 min)
-  systest [--quick] [--kernel 6.1|6.12] [--deb FILE|--no-deb]
+  systest [--quick] [--kernel 6.1|6.12] [--deb FILE|--no-deb] [--only usb]
                      the service under systemd (PID 1) in a Debian 12 guest built with
                      mmdebstrap (cached in target/guest), on each stock kernel under qemu:
                      apt install of the .deb (built first; --no-deb: debug binaries + unit
                      copied), enable --now, READY, fentry, no watchdog restart, journal,
-                     kill -9, security exposure, purge
+                     kill -9, security exposure, purge; USB sticks (vfat, exFAT, ntfs3 on a
+                     throttled usb-storage device: cp, cp -r, rsync, gio against the kernel
+                     default, surprise removal, hotplug)
   install [--root DIR]    build (release) and install the daemon, wbctl, the systemd unit,
                           completions and docs under DIR (default /); then
                           systemctl enable --now writebehindd

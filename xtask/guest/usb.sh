@@ -1,0 +1,228 @@
+# USB sticks (issue 17), sourced by systest.sh in the second boot: the
+# service is installed and running, pass/fail/measure/check/wait_for and
+# $paces (the kernel has per-bdi max_bytes) are set.
+#
+# The stick: qemu's xHCI controller with a usb-storage device on a raw
+# image, its writes throttled by qemu to $STICK_BPS (see xtask/src/guest/
+# sticks.rs); the guest asks the host for monitor commands by printing
+# "systest: QEMU <command>".  Each stick filesystem is made fresh, mounted
+# with the options udisks2 uses (data/builtin_mount_options.conf in udisks
+# 2.9: vfat flush, shortname=mixed...; nosuid,nodev from udisks itself), and
+# written by a desktop user, once with the kernel default (service
+# stopped) and once with the daemon (started again: a stick it has never
+# seen).  Peak dirty+writeback of the stick's bdi is sampled every 0.1 s
+# from debugfs; after the copy command exits, `sync -f` of the stick and
+# then `umount` are timed; the stick is mounted again and compared.
+#
+# Scaled for TCG (the copies themselves are the device's speed, the guest's
+# CPU is 5-20x slower than the host's): quick (CI) copies a 192 MiB file and
+# a folder of 24 photo-sized files (1-8 MiB), vfat and exFAT, 30 MiB/s; full
+# a 512 MiB file and 60 files of 2-12 MiB, also ntfs3 and 10 MiB/s.
+MIB=$((1 << 20))
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+id carol >/dev/null 2>&1 || useradd -M -u 1000 carol
+SRC=/var/tmp/usb-src
+STICK=/mnt/stick
+mkdir -p $STICK
+if [ "$USB" = quick ]; then
+    big_mib=192 photos=24 photo_min=1 photo_max=8 fses="vfat exfat"
+else
+    big_mib=512 photos=60 photo_min=2 photo_max=12 fses="vfat exfat ntfs3"
+fi
+usb_ask() { echo "systest: QEMU $*"; }
+
+# The USB disks the guest sees now (sda, sdb...).
+usb_disks() {
+    local d
+    for d in /sys/block/sd*; do
+        [ -e "$d" ] && case $(readlink -f "$d") in */usb*) echo "${d##*/}" ;; esac
+    done
+}
+
+# The photo folder and the big file, world-readable, made once.
+usb_sources() {
+    [ -d $SRC ] && return
+    mkdir -p $SRC/photos
+    head -c ${big_mib}M /dev/urandom >$SRC/big.bin
+    local i span=$((photo_max - photo_min + 1))
+    for ((i = 0; i < photos; i++)); do
+        head -c $(((photo_min + RANDOM % span) * MIB + RANDOM)) /dev/urandom >$SRC/photos/IMG_$((1000 + i)).JPG
+    done
+    chmod -R a+rX $SRC
+    # The copies read from the page cache, as a file manager's usually do.
+    cat $SRC/big.bin $SRC/photos/* >/dev/null
+}
+
+usb_mkfs() {
+    local fs=$1 dev=$2
+    case $fs in
+    vfat) mkfs.vfat -F 32 -n STICK "$dev" >/dev/null ;;
+    exfat) mkfs.exfat -L STICK "$dev" >/dev/null ;;
+    ntfs3) mkfs.ntfs -Q -F -L STICK "$dev" >/dev/null ;;
+    esac
+}
+
+usb_mount() {
+    local fs=$1 dev=$2 opts=nosuid,nodev,relatime,uid=1000,gid=1000
+    case $fs in
+    vfat) opts=$opts,shortname=mixed,utf8=1,showexec,flush ;;
+    exfat) opts=$opts,iocharset=utf8,errors=remount-ro ;;
+    ntfs3) opts=$opts,windows_names ;;
+    esac
+    mount -t "$fs" -o $opts "$dev" $STICK
+}
+
+# Samples dirty + writeback of bdi $1 every 0.1 s; the peak (KiB) in $2.
+usb_sampler() {
+    local k v u dirty wb peak=0 stats=/sys/kernel/debug/bdi/$1/stats
+    while :; do
+        dirty=0 wb=0
+        while read -r k v u; do
+            case $k in BdiReclaimable:) dirty=$v ;; BdiWriteback:) wb=$v ;; esac
+        done <"$stats"
+        if ((dirty + wb > peak)); then
+            peak=$((dirty + wb))
+            echo $peak >"$2"
+        fi
+        sleep 0.1
+    done
+}
+
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'; }
+counter() { wbctl status 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+
+# usb_run <fs> <tool> <mode: default|daemon> <disk>: one copy on a fresh
+# filesystem, measured; checks for the daemon's run where the kernel lets
+# it pace (Linux 6.2+: per-bdi max_bytes and strict_limit).
+usb_run() {
+    local fs=$1 tool=$2 mode=$3 disk=$4 bps=$5
+    local dev=/dev/$disk bdi peak_file=/run/usb-peak t0 t1 t2 t3 sampler rc name
+    bdi=$(basename "$(readlink /sys/block/$disk/bdi)")
+    if [ "$mode" = default ]; then systemctl stop writebehindd; else systemctl start writebehindd; fi
+    usb_mkfs "$fs" "$dev"
+    usb_mount "$fs" "$dev"
+    mkdir -p $STICK/dst && chown carol $STICK/dst
+    sync
+    echo 0 >$peak_file
+    usb_sampler "$bdi" $peak_file &
+    sampler=$!
+    t0=$(date +%s%N)
+    case $tool in
+    cp) runuser -u carol -- cp $SRC/big.bin $STICK/dst/ ;;
+    cp-r) runuser -u carol -- cp -r $SRC/photos $STICK/dst/ ;;
+    rsync) runuser -u carol -- rsync -a $SRC/photos $STICK/dst/ ;;
+    gio) runuser -u carol -- mkdir $STICK/dst/photos && runuser -u carol -- gio copy $SRC/photos/* $STICK/dst/photos/ ;;
+    esac
+    rc=$?
+    t1=$(date +%s%N)
+    sync -f $STICK
+    t2=$(date +%s%N)
+    kill $sampler
+    wait $sampler 2>/dev/null
+    local closed=-
+    [ "$mode" = daemon ] && closed=$(counter closed_files_flushed)
+    umount $STICK
+    t3=$(date +%s%N)
+    usb_mount "$fs" "$dev"
+    local src=$SRC/photos dst=$STICK/dst/photos
+    [ "$tool" = cp ] && src=$SRC/big.bin dst=$STICK/dst/big.bin
+    local same=0
+    diff -r -q $src $dst >/dev/null && same=1
+    umount $STICK
+    local peak_mib=$(($(cat $peak_file) / 1024)) bound=$((2 * bps / MIB))
+    name="usb-$fs-$tool-$((bps / MIB))MiBps"
+    measure "$name-$mode" "peak ${peak_mib} MiB (2 s = $bound MiB), copy $(secs "$t0" "$t1") s, sync $(secs "$t1" "$t2") s, umount $(secs "$t2" "$t3") s, closed files flushed $closed"
+    check "$name-$mode-exit-0" [ "$rc" = 0 ]
+    check "$name-$mode-identical" [ $same = 1 ]
+    [ "$mode" = daemon ] || return 0
+    if ((paces)); then
+        check "$name-peak-within-2s" [ "$peak_mib" -le "$bound" ]
+        check "$name-sync-within-1s" [ $((t2 - t1)) -le 1000000000 ]
+        check "$name-umount-within-1s" [ $((t3 - t2)) -le 1000000000 ]
+    else
+        skip "$name-bounds" "$(uname -r) has no per-bdi max_bytes/strict_limit (6.2+): dirty is held only by the global limits"
+    fi
+}
+
+usb_sources
+disk=$(usb_disks | head -1)
+if [ -z "$disk" ]; then
+    fail "usb-stick-present" "no usb-storage disk: $(ls /sys/block)"
+    return 0
+fi
+pass "usb-stick-present" "$disk: $(cat /sys/block/$disk/device/vendor /sys/block/$disk/device/model | tr -s ' \n' ' ')"
+measure usb-max-request "$(cat /sys/block/$disk/queue/max_sectors_kb) KiB ($disk via $(readlink -f /sys/block/$disk | grep -o 'usb[0-9]*/[0-9-]*' | head -1))"
+
+for fs in $fses; do
+    tools="cp cp-r"
+    [ "$USB" = full ] && tools="cp cp-r rsync gio"
+    # quick: rsync on vfat, gio on exFAT, so that each tool runs somewhere
+    [ "$USB" = quick ] && [ $fs = vfat ] && tools="$tools rsync"
+    [ "$USB" = quick ] && [ $fs = exfat ] && tools="$tools gio"
+    for tool in $tools; do
+        usb_run "$fs" "$tool" default "$disk" "$STICK_BPS"
+        usb_run "$fs" "$tool" daemon "$disk" "$STICK_BPS"
+    done
+done
+if [ "$USB" = full ]; then
+    usb_ask "block_set_io_throttle stick0 0 0 $((10 * MIB)) 0 0 0"
+    for fs in vfat exfat; do
+        for tool in cp cp-r; do
+            usb_run "$fs" "$tool" default "$disk" $((10 * MIB))
+            usb_run "$fs" "$tool" daemon "$disk" $((10 * MIB))
+        done
+    done
+    usb_ask "block_set_io_throttle stick0 0 0 $STICK_BPS 0 0 0"
+fi
+systemctl start writebehindd
+
+# Surprise removal: the stick is pulled while cp writes to it.  The daemon
+# keeps running, holds nothing of the dead device, leaves no knobs for a bdi
+# that is gone, and goes on serving other devices.
+pid=$(prop MainPID)
+usb_mkfs vfat /dev/$disk
+usb_mount vfat /dev/$disk
+mkdir -p $STICK/dst && chown carol $STICK/dst
+runuser -u carol -- cp $SRC/big.bin $STICK/dst/ 2>/dev/null &
+writer=$!
+copied() { [ "$(stat -c %s $STICK/dst/big.bin 2>/dev/null || echo 0)" -ge $((48 * MIB)) ]; }
+wait_for 60 copied
+gone_bdi=$(basename "$(readlink /sys/block/$disk/bdi)")
+t=$(date +%s)
+usb_ask "device_del usb0"
+gone() { [ ! -e /sys/block/$disk ]; }
+check "usb-pulled" wait_for 30 gone
+wait_for 60 eval '! kill -0 $writer 2>/dev/null'
+wait $writer
+measure usb-pulled-writer "cp exited $?"
+sleep 3
+check "usb-pulled-daemon-running" [ "$(prop MainPID)/$(prop ActiveState)" = "$pid/active" ]
+holds() { ls -l /proc/"$pid"/fd 2>/dev/null | grep -q " $STICK/"; }
+not_holding() { ! holds; }
+check "usb-pulled-nothing-held" wait_for 15 not_holding
+umount $STICK 2>/dev/null || { umount -l $STICK && skip "usb-pulled-umount" "needed umount -l"; }
+check "usb-pulled-unmounted" eval '! mountpoint -q $STICK'
+no_journal_entry() { ! grep -q "^$gone_bdi	" /run/writebehindd/paced-bdis 2>/dev/null; }
+check "usb-pulled-no-knobs-journaled" wait_for 30 no_journal_entry
+lines=$(journalctl -u writebehindd --since "@$t" -o cat --no-pager | grep -c -e "$gone_bdi" -e "writeback failed")
+measure usb-pulled-log-lines "$lines"
+journalctl -u writebehindd --since "@$t" -o cat --no-pager | sed 's/^/systest:   /' | head -20
+check "usb-pulled-logged-once" [ "$lines" -le 2 ]
+t=$(date +%s)
+head -c 32M /var/tmp/src >/mnt/wb/after-pull
+sync
+check "usb-pulled-other-devices-served" wait_for 20 logged_since "$t" "stream started.*ino=$(stat -c %i /mnt/wb/after-pull) "
+rm -f /mnt/wb/after-pull
+
+# Hotplug: a stick plugged in while the daemon runs is picked up.
+before=$(usb_disks)
+usb_ask "device_add usb-storage,bus=xhci.0,drive=stick1,id=usb1,removable=on"
+new_disk() { [ -n "$(comm -13 <(echo "$before") <(usb_disks))" ]; }
+check "usb-plugged" wait_for 30 new_disk
+disk=$(comm -13 <(echo "$before") <(usb_disks) | head -1)
+if [ -n "$disk" ]; then
+    t=$(date +%s)
+    usb_run vfat cp daemon "$disk" "$STICK_BPS"
+    check "usb-plugged-stream" logged_since "$t" "stream started.*bdi=$(basename "$(readlink /sys/block/$disk/bdi)")"
+    check "usb-plugged-same-daemon" [ "$(prop MainPID)" = "$pid" ]
+fi
