@@ -1,7 +1,7 @@
 //! Thin, safe wrappers over the syscalls the agent needs.
 
 use std::{
-    ffi::CString,
+    ffi::{CStr, CString},
     io,
     os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
 };
@@ -31,12 +31,21 @@ pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// What a failed lookup or open of a file means for the agent: the file
+/// is gone (ESTALE: a handle to an inode since freed), or access was refused.
+pub fn error_kind(e: &io::Error) -> ErrorKind {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESTALE) => ErrorKind::FileGone,
+        Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
+        _ => ErrorKind::Other,
+    }
+}
+
 /// What a failed pidfd_open means for the agent.
 pub fn pidfd_error(e: io::Error) -> ErrorKind {
     match e.raw_os_error() {
         Some(libc::ESRCH) => ErrorKind::ProcessGone,
-        Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
-        _ => ErrorKind::Other,
+        _ => error_kind(&e),
     }
 }
 
@@ -70,16 +79,21 @@ pub fn open_writer_file(pid: u32, fd: i32, pidfd: &OwnedFd, expect: FileId) -> R
     let path = CString::new(format!("/proc/{pid}/fd/{fd}")).unwrap();
     let raw = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
     if raw < 0 {
-        return Err(match io::Error::last_os_error().raw_os_error() {
-            Some(libc::ENOENT) => ErrorKind::FileGone,
-            Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
-            _ => ErrorKind::Other,
-        });
+        return Err(error_kind(&io::Error::last_os_error()));
     }
     let handle = unsafe { OwnedFd::from_raw_fd(raw) };
     if pidfd_exited(pidfd) {
         return Err(ErrorKind::ProcessGone);
     }
+    reopen_checked(&handle, expect)
+}
+
+/// Opens read-only the file that the O_PATH descriptor `handle` names, if
+/// it is the regular file `expect`; nothing else is ever opened.  The
+/// identity is read from the inode in memory (see `open_writer_file`),
+/// and the reopen through /proc/self/fd opens that very inode, whatever
+/// has happened to its path since.
+pub fn reopen_checked(handle: &OwnedFd, expect: FileId) -> Result<OwnedFd, ErrorKind> {
     let id = cached_identity(handle.as_raw_fd()).map_err(|_| ErrorKind::Other)?;
     if id != (expect, libc::S_IFREG) {
         return Err(ErrorKind::IdentityMismatch);
@@ -91,6 +105,36 @@ pub fn open_writer_file(pid: u32, fd: i32, pidfd: &OwnedFd, expect: FileId) -> R
         return Err(ErrorKind::Other);
     }
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Opens read-only the regular file `expect` at `rel` beneath the
+/// directory `root` (a mount's root), for filesystems without file
+/// handles.  The path came from BPF, read at close: the file may have been
+/// renamed since and something else put there — a symlink out of the
+/// mount, a FIFO, a device node, another user's file.  So the lookup is
+/// O_PATH (no filesystem's or driver's open is called) and may not leave
+/// `root` by "..", a symlink, a magic link or a mount point crossed on the
+/// way (a FUSE mount on a directory of the stick); the last component is
+/// not followed either (O_NOFOLLOW with O_PATH yields the link itself,
+/// refused as not a regular file).  Then `reopen_checked`.
+pub fn open_beneath(root: &OwnedFd, rel: &CStr, expect: FileId) -> Result<OwnedFd, ErrorKind> {
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+    how.resolve =
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_XDEV | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    let raw = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            rel.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if raw < 0 {
+        return Err(error_kind(&io::Error::last_os_error()));
+    }
+    reopen_checked(&unsafe { OwnedFd::from_raw_fd(raw as RawFd) }, expect)
 }
 
 /// (dev, ino) and file type of an open file, from the inode in memory:
@@ -232,6 +276,112 @@ mod tests {
         assert_eq!(unescape(r"/mnt/with\040space"), "/mnt/with space");
         assert_eq!(unescape(r"/plain"), "/plain");
         assert_eq!(unescape(r"/end\04"), r"/end\04");
+    }
+
+    /// A directory standing for a mount's root, its fd, and a path outside it.
+    struct Tree {
+        dir: std::path::PathBuf,
+        root: OwnedFd,
+    }
+
+    impl Tree {
+        fn new(name: &str) -> Tree {
+            let dir = std::env::temp_dir().join(format!("wb-beneath-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("mnt/sub")).unwrap();
+            std::fs::write(dir.join("mnt/sub/f"), b"tail").unwrap();
+            std::fs::write(dir.join("outside"), b"not beneath").unwrap();
+            let root = std::fs::File::open(dir.join("mnt")).unwrap().into();
+            Tree { dir, root }
+        }
+
+        fn path(&self, rel: &str) -> std::path::PathBuf {
+            self.dir.join("mnt").join(rel)
+        }
+
+        fn id(&self, rel: &str) -> FileId {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::symlink_metadata(self.path(rel)).unwrap();
+            FileId { dev: m.dev(), ino: m.ino() }
+        }
+
+        fn open(&self, rel: &str, expect: FileId) -> Result<OwnedFd, ErrorKind> {
+            open_beneath(&self.root, &CString::new(rel).unwrap(), expect)
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[test]
+    fn opens_the_regular_file_beneath_read_only() {
+        let t = Tree::new("regular");
+        let fd = t.open("sub/f", t.id("sub/f")).expect("the file itself");
+        let mut f = std::fs::File::from(fd);
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut f, &mut got).unwrap();
+        assert_eq!(got, "tail");
+        assert!(std::io::Write::write(&mut f, b"x").is_err(), "opened writable");
+    }
+
+    #[test]
+    fn refuses_what_is_not_that_file_beneath() {
+        let t = Tree::new("refused");
+        let f = t.id("sub/f");
+        // A symlink to the very file, last or on the way: not followed.
+        std::os::unix::fs::symlink("sub/f", t.path("link")).unwrap();
+        std::os::unix::fs::symlink("sub", t.path("dirlink")).unwrap();
+        assert_eq!(t.open("link", f).unwrap_err(), ErrorKind::IdentityMismatch);
+        assert_eq!(t.open("link", t.id("link")).unwrap_err(), ErrorKind::IdentityMismatch, "a link is no file");
+        assert!(t.open("dirlink/f", f).is_err());
+        // Out of the mount: by "..", by an absolute path.
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(t.dir.join("outside")).unwrap();
+        let outside = FileId { dev: m.dev(), ino: m.ino() };
+        assert!(t.open("../outside", outside).is_err());
+        assert!(t.open("sub/../../outside", outside).is_err());
+        assert!(t.open(&t.dir.join("outside").to_string_lossy(), outside).is_err());
+        // Renamed over by another inode since the close.
+        std::fs::write(t.path("sub/g"), b"someone else's").unwrap();
+        std::fs::rename(t.path("sub/g"), t.path("sub/f")).unwrap();
+        assert_eq!(t.open("sub/f", f).unwrap_err(), ErrorKind::IdentityMismatch);
+        assert_eq!(t.open("sub/gone", f).unwrap_err(), ErrorKind::FileGone);
+    }
+
+    /// A FIFO put where the file was is looked up, never opened: a writer
+    /// blocked opening it stays blocked (any open for reading, even
+    /// O_NONBLOCK, would let it through; a blocking O_RDONLY would hang).
+    #[test]
+    fn a_fifo_is_never_opened() {
+        let t = Tree::new("fifo");
+        let fifo = CString::new(t.path("fifo").into_os_string().into_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let path = t.path("fifo");
+        let writer = std::thread::spawn(move || std::fs::OpenOptions::new().write(true).open(path));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!writer.is_finished(), "the writer's open should wait for a reader");
+        assert_eq!(t.open("fifo", t.id("fifo")).unwrap_err(), ErrorKind::IdentityMismatch);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!writer.is_finished(), "the FIFO was opened for reading");
+        // Let the writer go.
+        let reader = unsafe { libc::open(fifo.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        assert!(reader >= 0);
+        writer.join().unwrap().unwrap();
+        unsafe { libc::close(reader) };
+    }
+
+    #[test]
+    fn errno_kinds() {
+        let kind = |e| error_kind(&io::Error::from_raw_os_error(e));
+        assert_eq!(kind(libc::ENOENT), ErrorKind::FileGone);
+        assert_eq!(kind(libc::ESTALE), ErrorKind::FileGone);
+        assert_eq!(kind(libc::EACCES), ErrorKind::Permission);
+        assert_eq!(kind(libc::EXDEV), ErrorKind::Other);
+        assert_eq!(pidfd_error(io::Error::from_raw_os_error(libc::ESRCH)), ErrorKind::ProcessGone);
+        assert_eq!(pidfd_error(io::Error::from_raw_os_error(libc::EPERM)), ErrorKind::Permission);
     }
 
     #[test]
