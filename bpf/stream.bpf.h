@@ -344,18 +344,14 @@ static __always_inline struct btrfs_inode *btrfs_inode_of(struct inode *inode, _
 	return (void *)inode - bpf_core_field_offset(struct btrfs_inode, vfs_inode);
 }
 
-static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
-				 __u64 ino, __u64 start, __u64 end)
+/* Everything an event says of the writer, the file and its device. */
+static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct file *file, __s32 fd,
+				       __u64 ino, __u64 start, __u64 end)
 {
-	struct wb_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	struct inode *inode = BPF_CORE_READ(file, f_inode);
 	struct backing_dev_info *bdi;
 	struct btrfs_inode *bi;
 
-	if (!e) {
-		stat_inc(WB_STAT_RB_DROPS);
-		return;
-	}
 	e->kind = kind;
 	e->tgid = bpf_get_current_pid_tgid() >> 32;
 	e->fd = fd < 0 && kind == WB_EV_SPAN ? current_fd_of(file) : fd;
@@ -378,7 +374,76 @@ static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
 	e->bdi_bw_pages = BPF_CORE_READ(bdi, wb.avg_write_bandwidth);
 	e->bdi_dirty_pages = BPF_CORE_READ(bdi, wb.stat[0].count) +	/* WB_RECLAIMABLE */
 			     BPF_CORE_READ(bdi, wb.stat[1].count);	/* WB_WRITEBACK */
+}
+
+static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
+				 __u64 ino, __u64 start, __u64 end)
+{
+	struct wb_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		stat_inc(WB_STAT_RB_DROPS);
+		return;
+	}
+	fill_event(e, kind, file, fd, ino, start, end);
 	bpf_ringbuf_submit(e, 0);
+}
+
+/* The names from file's dentry up to the root of the mount it was opened
+ * through (struct wb_path_event).  False when the path is deeper than
+ * WB_PATH_DEPTH, a name longer than NAME_MAX or unreadable: names ending
+ * early would lead the agent elsewhere.  A bounded loop: 16 steps of a few
+ * reads, on kernels from 5.3. */
+static __always_inline bool fill_path(char names[WB_PATH_DEPTH][WB_NAME_LEN], struct file *file)
+{
+	struct dentry *d = BPF_CORE_READ(file, f_path.dentry);
+	struct dentry *root = BPF_CORE_READ(file, f_path.mnt, mnt_root);
+	struct dentry *parent;
+	__u32 i;
+
+	for (i = 0; i < WB_PATH_DEPTH; i++) {
+		parent = BPF_CORE_READ(d, d_parent);
+		if (!parent)
+			return false;
+		/* The filesystem's root is its own parent. */
+		if (d == root || parent == d) {
+			names[i][0] = 0;
+			return i > 0;
+		}
+		if (BPF_CORE_READ(d, d_name.len) >= WB_NAME_LEN)
+			return false;
+		if (bpf_probe_read_kernel_str(names[i], WB_NAME_LEN, BPF_CORE_READ(d, d_name.name)) <= 1)
+			return false;
+		d = parent;
+	}
+	return d == root || BPF_CORE_READ(d, d_parent) == d;
+}
+
+/* A close.  On a filesystem without export operations (exFAT) the agent
+ * cannot open the file by handle: the event carries its path instead
+ * (WB_EV_CLOSE_PATH).  Checked here, only for closes that are reported. */
+static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, __u64 start, __u64 end)
+{
+	struct wb_path_event *pe;
+
+	if (BPF_CORE_READ(file, f_inode, i_sb, s_export_op)) {
+		emit(WB_EV_CLOSE, file, fd, ino, start, end);
+		return;
+	}
+	pe = bpf_ringbuf_reserve(&events, sizeof(*pe), 0);
+	if (!pe) {
+		stat_inc(WB_STAT_RB_DROPS);
+		return;
+	}
+	if (!fill_path(pe->names, file)) {
+		/* Sent without its path: the agent counts it unreachable
+		 * (and lets go of the file if it held it). */
+		bpf_ringbuf_discard(pe, 0);
+		emit(WB_EV_CLOSE, file, fd, ino, start, end);
+		return;
+	}
+	fill_event(&pe->ev, WB_EV_CLOSE_PATH, file, fd, ino, start, end);
+	bpf_ringbuf_submit(pe, 0);
 }
 
 /*
@@ -481,7 +546,7 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 		if (!s->spans && ring_crowded())
 			stat_inc(WB_STAT_CLOSES_SHED);
 		else
-			emit(WB_EV_CLOSE, file, fd, s->ino, s->head, tail ? s->pos : s->head);
+			emit_close(file, fd, s->ino, s->head, tail ? s->pos : s->head);
 	}
 	bpf_map_delete_elem(&streams, &key);
 }

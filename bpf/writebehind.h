@@ -19,6 +19,10 @@ enum wb_event_kind {
 	 * over it, exit).  The fd is gone: the agent reaches the inode through
 	 * a file handle built from ino, generation and (btrfs) root. */
 	WB_EV_CLOSE = 2,
+	/* WB_EV_CLOSE of a file on a filesystem without file handles (no
+	 * export operations: exFAT): a struct wb_path_event, whose names let
+	 * the agent look the file up beneath its mount instead. */
+	WB_EV_CLOSE_PATH = 3,
 };
 
 /*
@@ -49,6 +53,28 @@ struct wb_event {
 	__u64 ts_ns;     /* bpf_ktime_get_ns() when emitted */
 	char comm[16];
 	char bdi[32];    /* backing device name, as in /sys/class/bdi ("7:0") */
+};
+
+/* A closed file's path beneath its mount: at most WB_PATH_DEPTH names of
+ * at most NAME_MAX bytes.  A deeper path, or a longer name (exFAT allows
+ * 255 UTF-16 units, up to 765 bytes of UTF-8), is sent as a plain
+ * WB_EV_CLOSE, which the agent counts as unreachable.  16 names of 255
+ * bytes with their slashes fit PATH_MAX. */
+#define WB_PATH_DEPTH 16
+#define WB_NAME_LEN 256
+
+/*
+ * The record of a WB_EV_CLOSE_PATH (4232 bytes; only on filesystems
+ * without file handles).  names[0] is the file's name, names[i] its i-th
+ * ancestor's, up to and excluding the root of the mount it was written
+ * through; each NUL-terminated, the list ended by an empty name unless all
+ * WB_PATH_DEPTH are used.  Names after the end are garbage.  Read at
+ * close, so a rename races it: the agent checks st_dev and ino after the
+ * lookup.
+ */
+struct wb_path_event {
+	struct wb_event ev;
+	char names[WB_PATH_DEPTH][WB_NAME_LEN];
 };
 
 /* Policy modes (the 2019 patch's vm.dirty_write_behind values). */

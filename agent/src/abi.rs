@@ -35,6 +35,22 @@ impl wb_event {
         (ev.start <= ev.end).then_some((kind, ev))
     }
 
+    /// Decodes a record of either size: a plain one, or a close with the
+    /// file's path beneath its mount (WB_EV_CLOSE_PATH), which is a Close
+    /// whose path comes along.  A path that does not check out is dropped,
+    /// not the close: the agent may hold the file and must let go of it.
+    pub fn decode_any(bytes: &[u8]) -> Option<(EventKind, wb_event, Option<RelPath>)> {
+        if bytes.len() != std::mem::size_of::<wb_path_event>() {
+            return Self::decode(bytes).map(|(kind, ev)| (kind, ev, None));
+        }
+        // SAFETY: the length matches and every bit pattern is a valid wb_path_event.
+        let pe: wb_path_event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        if pe.ev.kind != wb_event_kind::WB_EV_CLOSE_PATH as u32 || pe.ev.start > pe.ev.end {
+            return None;
+        }
+        Some((EventKind::Close, pe.ev, rel_path(&pe.names)))
+    }
+
     pub fn comm(&self) -> String {
         c_string(&self.comm)
     }
@@ -48,6 +64,36 @@ impl wb_event {
     pub fn st_dev(&self) -> u64 {
         kernel_dev_to_user(self.st_dev)
     }
+}
+
+/// A closed file's path relative to the root of its mount, as BPF read it:
+/// names checked one by one, never trusted further (see `rel_path`).
+pub type RelPath = std::sync::Arc<std::ffi::CStr>;
+
+/// The names of a wb_path_event (the file's first, then its ancestors')
+/// joined into "dir/sub/file".  None unless every name up to the first
+/// empty one (or all of them) is a plain name: NUL-terminated, not "." or
+/// "..", no "/" — nothing that could lead the lookup anywhere but down.
+/// The lookup is confined beneath the mount anyway (sys::open_beneath).
+fn rel_path(names: &[[std::os::raw::c_char; WB_NAME_LEN as usize]; WB_PATH_DEPTH as usize]) -> Option<RelPath> {
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(names.len());
+    for name in names {
+        // SAFETY: c_char and u8 have the same size and layout.
+        let bytes: &[u8] = unsafe { std::slice::from_raw_parts(name.as_ptr().cast(), name.len()) };
+        let name = std::ffi::CStr::from_bytes_until_nul(bytes).ok()?.to_bytes();
+        if name.is_empty() {
+            break;
+        }
+        if name == b"." || name == b".." || name.contains(&b'/') {
+            return None;
+        }
+        parts.push(name);
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    parts.reverse();
+    std::ffi::CString::new(parts.join(&b'/')).ok().map(RelPath::from)
 }
 
 /// The kernel's internal dev_t (major << 20 | minor) as userspace sees it.
@@ -77,6 +123,71 @@ mod tests {
         assert!(wb_event::decode(&record(7, 0, 10)).is_none());
         assert!(wb_event::decode(&record(1, 10, 0)).is_none(), "inverted range");
         assert!(wb_event::decode(&record(1, 0, 10)[..20]).is_none(), "short record");
+    }
+
+    fn path_record(names: &[&[u8]]) -> Vec<u8> {
+        let mut pe =
+            wb_path_event { ev: wb_event { kind: 3, start: 0, end: 10, ..Default::default() }, ..Default::default() };
+        // Garbage after the list's end, as a reused ring slot holds.
+        pe.names.iter_mut().flatten().for_each(|c| *c = b'x' as _);
+        for (slot, name) in pe.names.iter_mut().zip(names) {
+            slot.fill(0);
+            for (c, b) in slot.iter_mut().zip(name.iter()) {
+                *c = *b as _;
+            }
+        }
+        let p = &pe as *const wb_path_event as *const u8;
+        unsafe { std::slice::from_raw_parts(p, std::mem::size_of::<wb_path_event>()) }.to_vec()
+    }
+
+    fn path_of(names: &[&[u8]]) -> Option<String> {
+        let (kind, _, path) = wb_event::decode_any(&path_record(names)).expect("a close");
+        assert_eq!(kind, EventKind::Close);
+        path.map(|p| p.to_str().unwrap().to_owned())
+    }
+
+    #[test]
+    fn path_records_give_the_path_beneath_the_mount() {
+        assert_eq!(std::mem::size_of::<wb_path_event>(), 4232);
+        assert_eq!(path_of(&[b"f.txt", b"sub", b"dir", b""]).as_deref(), Some("dir/sub/f.txt"));
+        assert_eq!(path_of(&[b"only", b""]).as_deref(), Some("only"));
+        // All 16 names used: no terminator.
+        let full: Vec<&[u8]> = vec![b"n"; WB_PATH_DEPTH as usize];
+        assert_eq!(path_of(&full).unwrap().len(), 2 * WB_PATH_DEPTH as usize - 1);
+        // Plain records decode as before, without a path.
+        let (kind, _, path) = wb_event::decode_any(&record(2, 0, 5)).unwrap();
+        assert_eq!((kind, path), (EventKind::Close, None));
+    }
+
+    #[test]
+    fn hostile_path_names_are_dropped_not_the_close() {
+        for names in
+            [&[b"" as &[u8]][..], &[b"..", b"dir", b""], &[b"f", b".", b""], &[b"f", b"a/b", b""], &[b"f", b"/", b""]]
+        {
+            assert_eq!(path_of(names), None, "{names:?}");
+        }
+        // A name without its NUL.
+        let mut bytes = path_record(&[b"f", b""]);
+        let at = std::mem::size_of::<wb_event>();
+        bytes[at..at + WB_NAME_LEN as usize].fill(b'a');
+        assert_eq!(wb_event::decode_any(&bytes).unwrap().2, None);
+    }
+
+    #[test]
+    fn path_records_of_the_wrong_size_or_kind_are_rejected() {
+        let good = path_record(&[b"f", b""]);
+        assert!(wb_event::decode_any(&good[..good.len() - 1]).is_none(), "short");
+        let mut long = good.clone();
+        long.push(0);
+        assert!(wb_event::decode_any(&long).is_none(), "long");
+        // A plain kind in a path-sized record, a path kind in a plain-sized one.
+        let mut plain_kind = good.clone();
+        plain_kind[..4].copy_from_slice(&2u32.to_ne_bytes());
+        assert!(wb_event::decode_any(&plain_kind).is_none());
+        assert!(wb_event::decode_any(&record(3, 0, 5)).is_none());
+        let mut inverted = good;
+        inverted[std::mem::offset_of!(wb_event, start)..][..8].copy_from_slice(&20u64.to_ne_bytes());
+        assert!(wb_event::decode_any(&inverted).is_none(), "inverted range");
     }
 
     #[test]
