@@ -60,8 +60,10 @@ pub struct Counters {
     pub streams_started: AtomicU64,
     pub spans_flushed: AtomicU64,
     pub bytes_flushed: AtomicU64,
-    /// Files flushed after their writer closed them (reached by handle).
+    /// Files flushed after their writer closed them (reached by handle or path).
     pub closed_files_flushed: AtomicU64,
+    /// Of those, the ones looked up by path (filesystems without file handles).
+    pub closed_files_by_path: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
 }
 
@@ -90,6 +92,7 @@ impl Counters {
             ("spans_flushed", &self.spans_flushed),
             ("bytes_flushed", &self.bytes_flushed),
             ("closed_files_flushed", &self.closed_files_flushed),
+            ("closed_files_by_path", &self.closed_files_by_path),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))

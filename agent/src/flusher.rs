@@ -29,10 +29,11 @@ use std::{
 use std::time::Instant;
 
 use crate::{
+    abi::RelPath,
     bandwidth::Sampler,
     counters::{Counters, ErrorKind},
     devices::DeviceShared,
-    handles::{ClosedFile, Handles},
+    handles::{ClosedFile, Handles, Reached},
     sys::FileId,
 };
 
@@ -52,12 +53,28 @@ pub struct StreamFile {
     /// The inode the events were about: reached by handle if the writer's
     /// fd no longer names it (or never did: fd -1).
     pub closed: ClosedFile,
+    /// Its path beneath its mount, from the close (filesystems without
+    /// file handles): the close's flush may find the file not yet opened.
+    path: OnceLock<RelPath>,
     file: OnceLock<Option<Arc<OwnedFd>>>,
 }
 
 impl StreamFile {
     pub fn new(pid: u32, fd: i32, pidfd: OwnedFd, closed: ClosedFile) -> Self {
-        Self { pid, fd, pidfd: Mutex::new(Some(Arc::new(pidfd))), closed, file: OnceLock::new() }
+        let pidfd = Mutex::new(Some(Arc::new(pidfd)));
+        Self { pid, fd, pidfd, closed, path: OnceLock::new(), file: OnceLock::new() }
+    }
+
+    /// The close reported the file's path: its flushes may go by path.
+    pub fn set_path(&self, path: Option<RelPath>) {
+        if let Some(path) = path {
+            let _ = self.path.set(path);
+        }
+    }
+
+    /// What reaches the inode once the writer's fd no longer does.
+    fn closed(&self) -> ClosedFile {
+        ClosedFile { path: self.path.get().cloned(), ..self.closed.clone() }
     }
 
     /// True once the writer has exited (or the stream ended).
@@ -100,7 +117,7 @@ impl StreamFile {
 pub enum Target {
     /// A stream's file: opened (read-only) at its first flush, then held.
     Held(Arc<StreamFile>),
-    /// A file its writer already closed: opened by handle when flushed.
+    /// A file its writer already closed: opened by handle (or path) when flushed.
     Closed(ClosedFile),
 }
 
@@ -359,8 +376,8 @@ impl Submitter {
         let mut last = None;
         for job in batch.flushes {
             let file = match &job.target {
-                Target::Held(stream) => stream.open(&self.counters).or_else(|| self.by_handle(&stream.closed)),
-                Target::Closed(closed) => self.by_handle(closed),
+                Target::Held(stream) => stream.open(&self.counters).or_else(|| self.reach(&stream.closed())),
+                Target::Closed(closed) => self.reach(closed),
             };
             let Some(file) = file else { continue };
             let id = || crate::sys::cached_identity(file.as_raw_fd()).map(|(f, _)| (f.dev, f.ino)).unwrap_or_default();
@@ -404,11 +421,14 @@ impl Submitter {
     }
 
     /// A closed file (or a stream's file its writer moved away from),
-    /// opened by handle.
-    fn by_handle(&mut self, closed: &ClosedFile) -> Option<Arc<OwnedFd>> {
+    /// opened by handle, or by path where there are no handles.
+    fn reach(&mut self, closed: &ClosedFile) -> Option<Arc<OwnedFd>> {
         match self.handles.open(closed) {
-            Ok(file) => {
+            Ok((file, how)) => {
                 self.counters.add(&self.counters.closed_files_flushed, 1);
+                if how == Reached::ByPath {
+                    self.counters.add(&self.counters.closed_files_by_path, 1);
+                }
                 Some(Arc::new(file))
             }
             Err(kind) => {
@@ -453,13 +473,13 @@ mod tests {
     use super::*;
 
     fn batch(owner: u64, n: u64) -> Batch {
-        let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: n, generation: 0, fs_root: 0 };
+        let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: n, generation: 0, fs_root: 0, path: None };
         Batch { owner, flushes: vec![Flush { target: Target::Closed(f), start: 0, end: 1 }] }
     }
 
     fn inos(v: Vec<Batch>) -> Vec<u64> {
         v.iter()
-            .map(|b| match b.flushes[0].target {
+            .map(|b| match &b.flushes[0].target {
                 Target::Closed(f) => f.ino,
                 Target::Held(_) => unreachable!(),
             })

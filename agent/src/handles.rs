@@ -11,6 +11,13 @@
 //! How a filesystem lays out its handles is not guessed: for each mount the
 //! agent asks name_to_handle_at(2) for the handle of the mount's root, and
 //! uses a layout only if it decodes that handle back to the root's inode.
+//!
+//! Filesystems without file handles (exFAT: no export operations) answer
+//! name_to_handle_at(2) with EOPNOTSUPP.  For them BPF sends the file's
+//! path beneath the mount it was written through, and the agent looks it
+//! up beneath each mount of that filesystem (sys::open_beneath): confined
+//! to the mount, O_PATH, and checked against (st_dev, ino) before the
+//! file is opened.
 
 use std::{
     collections::HashMap,
@@ -19,10 +26,11 @@ use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
-use crate::{counters::ErrorKind, sys};
+use crate::{abi::RelPath, counters::ErrorKind, sys};
 
-/// What BPF read at close: enough to build the file's handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What BPF read at close: enough to build the file's handle, or to look
+/// it up by path where there are no handles.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClosedFile {
     /// The filesystem's device as mountinfo lists it: finds the mount.
     pub sb_dev: u64,
@@ -31,6 +39,16 @@ pub struct ClosedFile {
     pub ino: u64,
     pub generation: u32,
     pub fs_root: u64,
+    /// Beneath the mount it was written through; only on filesystems
+    /// without file handles (WB_EV_CLOSE_PATH).
+    pub path: Option<RelPath>,
+}
+
+/// How a closed file was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reached {
+    ByHandle,
+    ByPath,
 }
 
 /// Handle layouts of the filesystems writebehindd knows (include/linux/exportfs.h).
@@ -87,18 +105,39 @@ impl Layout {
     }
 }
 
+/// A filesystem as the agent reaches it.
 struct Mount {
-    path: String,
-    layout: Layout,
-    /// stat(2)'s device of the mount root when learned: a root opened later
-    /// with another device means the path no longer leads to this mount.
-    root_dev: u64,
+    /// None: no file handles (exFAT); files are looked up by path.
+    layout: Option<Layout>,
+    /// Where it is mounted: one mount for handles (any mount reaches every
+    /// inode); every usable one for paths, which are relative to the mount
+    /// the file was written through, and the agent cannot tell which.
+    points: Vec<Point>,
     /// btrfs: every subvolume mounted here, for events that lack theirs
     /// (see `open`).
     subvols: Vec<Subvol>,
+}
+
+struct Point {
+    path: String,
+    /// stat(2)'s device of the mount root when learned: a root opened later
+    /// with another device means the path no longer leads to this mount.
+    root_dev: u64,
     /// Open only while a batch is being flushed: an fd held on a filesystem
     /// makes umount fail with EBUSY.
     root: Option<OwnedFd>,
+}
+
+impl Point {
+    /// Opens the root for this batch; false when the path now leads elsewhere.
+    fn open_root(&mut self) -> bool {
+        if self.root.is_none() {
+            self.root = open_dir(&self.path)
+                .ok()
+                .filter(|r| sys::fstat(r.as_raw_fd()).is_ok_and(|st| st.st_dev == self.root_dev));
+        }
+        self.root.is_some()
+    }
 }
 
 /// A mounted btrfs subvolume: its root objectid and the device stat(2)
@@ -126,59 +165,81 @@ struct FileHandle {
 }
 
 impl Handles {
-    /// Opens the closed file read-only, if it is still the inode BPF saw.
-    pub fn open(&mut self, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
+    /// Opens the closed file read-only, if it is still the inode BPF saw,
+    /// and says how it was reached.
+    pub fn open(&mut self, f: &ClosedFile) -> Result<(OwnedFd, Reached), ErrorKind> {
         // A mount learned earlier whose path now leads elsewhere (unmounted,
         // or mounted over) is learned again, once.
         if let Some(Some(m)) = self.mounts.get_mut(&f.sb_dev)
-            && m.root.is_none()
+            && !m.points.iter_mut().all(Point::open_root)
         {
-            match open_dir(&m.path).ok().filter(|r| sys::fstat(r.as_raw_fd()).is_ok_and(|st| st.st_dev == m.root_dev)) {
-                Some(root) => m.root = Some(root),
-                None => {
-                    self.mounts.remove(&f.sb_dev);
-                }
-            }
+            self.mounts.remove(&f.sb_dev);
         }
         let mount = self.mounts.entry(f.sb_dev).or_insert_with(|| learn(f.sb_dev));
         let Some(mount) = mount else {
             return Err(ErrorKind::NoHandle);
         };
-        if mount.root.is_none() {
-            mount.root = Some(open_dir(&mount.path).map_err(|_| ErrorKind::NoHandle)?);
+        if !mount.points.iter_mut().all(Point::open_root) {
+            return Err(ErrorKind::NoHandle);
         }
-        let root = mount.root.as_ref().expect("opened above");
-        // BPF reads the subvolume of a btrfs inode through btrfs_inode's
-        // BTF, which kernels with btrfs as a module (Debian's) keep in the
-        // module's BTF, out of CO-RE's reach: then fs_root is 0 and st_dev
-        // is the superblock's.  Each mounted subvolume is tried in turn;
-        // one holding no such inode answers ESTALE.  The check after
-        // opening cannot tell the subvolumes apart here: an inode of the
-        // same number and generation in another mounted subvolume (made
-        // in the same transaction) would be flushed instead, early
-        // writeback of someone's data, nothing worse.
-        let guesses: Vec<ClosedFile> = match (mount.layout, f.fs_root) {
-            (Layout::Btrfs, 0) => {
-                mount.subvols.iter().map(|s| ClosedFile { fs_root: s.id, st_dev: s.st_dev, ..*f }).collect()
-            }
-            _ => vec![*f],
-        };
-        let mut err = ErrorKind::NoHandle;
-        for g in &guesses {
-            match open_handle(root, mount.layout, g) {
-                Ok(file) => return Ok(file),
-                Err(e) => err = e,
-            }
+        match mount.layout {
+            Some(layout) => by_handle(mount, layout, f).map(|file| (file, Reached::ByHandle)),
+            None => by_path(mount, f).map(|file| (file, Reached::ByPath)),
         }
-        Err(err)
     }
 
     /// Closes the mount roots opened for a batch.
     pub fn release(&mut self) {
-        for m in self.mounts.values_mut().flatten() {
-            m.root = None;
+        for p in self.mounts.values_mut().flatten().flat_map(|m| &mut m.points) {
+            p.root = None;
         }
     }
+}
+
+/// `f` opened by handle through the mount's first point.
+fn by_handle(mount: &Mount, layout: Layout, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
+    let root = mount.points[0].root.as_ref().expect("opened by the caller");
+    // BPF reads the subvolume of a btrfs inode through btrfs_inode's
+    // BTF, which kernels with btrfs as a module (Debian's) keep in the
+    // module's BTF, out of CO-RE's reach: then fs_root is 0 and st_dev
+    // is the superblock's.  Each mounted subvolume is tried in turn;
+    // one holding no such inode answers ESTALE.  The check after
+    // opening cannot tell the subvolumes apart here: an inode of the
+    // same number and generation in another mounted subvolume (made
+    // in the same transaction) would be flushed instead, early
+    // writeback of someone's data, nothing worse.
+    let guesses: Vec<ClosedFile> = match (layout, f.fs_root) {
+        (Layout::Btrfs, 0) => {
+            mount.subvols.iter().map(|s| ClosedFile { fs_root: s.id, st_dev: s.st_dev, ..f.clone() }).collect()
+        }
+        _ => vec![f.clone()],
+    };
+    let mut err = ErrorKind::NoHandle;
+    for g in &guesses {
+        match open_handle(root, layout, g) {
+            Ok(file) => return Ok(file),
+            Err(e) => err = e,
+        }
+    }
+    Err(err)
+}
+
+/// `f` looked up by its path beneath each mount of its filesystem in turn:
+/// the path is relative to the mount it was written through (a bind mount
+/// of a directory, say), and a lookup beneath another mount finds nothing
+/// or another file, which the identity check refuses.  Without a path
+/// (deeper than BPF sends, an unreadable name) it cannot be reached.
+fn by_path(mount: &Mount, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
+    let rel = f.path.as_ref().ok_or(ErrorKind::NoHandle)?;
+    let expect = sys::FileId { dev: f.st_dev, ino: f.ino };
+    let mut err = ErrorKind::NoHandle;
+    for root in mount.points.iter().filter_map(|p| p.root.as_ref()) {
+        match sys::open_beneath(root, rel, expect) {
+            Ok(file) => return Ok(file),
+            Err(e) => err = e,
+        }
+    }
+    Err(err)
 }
 
 /// Opens `f` by handle through the mount whose root is `root`, and checks
@@ -194,11 +255,7 @@ fn open_handle(root: &OwnedFd, layout: Layout, f: &ClosedFile) -> Result<OwnedFd
     let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
     let fd = unsafe { libc::syscall(libc::SYS_open_by_handle_at, root.as_raw_fd(), &mut h as *mut FileHandle, flags) };
     if fd < 0 {
-        return Err(match io::Error::last_os_error().raw_os_error() {
-            Some(libc::ESTALE) | Some(libc::ENOENT) => ErrorKind::FileGone,
-            Some(libc::EPERM) | Some(libc::EACCES) => ErrorKind::Permission,
-            _ => ErrorKind::Other,
-        });
+        return Err(sys::error_kind(&io::Error::last_os_error()));
     }
     let file = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     let st = sys::fstat(file.as_raw_fd()).map_err(|_| ErrorKind::Other)?;
@@ -217,35 +274,56 @@ fn open_dir(path: &str) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-/// Finds where sb_dev is mounted and which handle layout its filesystem uses.
+/// Finds where sb_dev is mounted and which handle layout its filesystem
+/// uses, if any.
 fn learn(sb_dev: u64) -> Option<Mount> {
     let dev = format!("{}:{}", libc::major(sb_dev), libc::minor(sb_dev));
-    let paths = mount_points(&dev);
-    if paths.is_empty() {
+    let mounts = mounts_of(&dev);
+    if mounts.is_empty() {
         tracing::warn!(%dev, "filesystem not mounted in the daemon's namespace: closed files there are left to the kernel");
         return None;
     }
     let mut learned: Option<Mount> = None;
-    for path in paths {
-        let Some((layout, root_dev, subvol)) = probe(&path, sb_dev) else { continue };
-        match &mut learned {
-            None => learned = Some(Mount { path, layout, root_dev, subvols: subvol.into_iter().collect(), root: None }),
-            Some(m) => m.subvols.extend(subvol.filter(|s| !m.subvols.contains(s))),
+    for info in mounts {
+        let Some(p) = probe(&info.mount_point, sb_dev) else { continue };
+        if p.layout.is_none() {
+            tracing::info!("no file handles on {} at {}: closed files reached by path", info.fstype, info.mount_point);
         }
-        // Other filesystems need one mount; btrfs, every mounted subvolume.
-        if layout != Layout::Btrfs {
+        match &mut learned {
+            None => {
+                learned =
+                    Some(Mount { layout: p.layout, points: vec![p.point], subvols: p.subvol.into_iter().collect() })
+            }
+            Some(m) if m.layout.is_none() && p.layout.is_none() => m.points.push(p.point),
+            Some(m) => m.subvols.extend(p.subvol.filter(|s| !m.subvols.contains(s))),
+        }
+        // A handle reaches every inode through one mount; btrfs needs every
+        // mounted subvolume, paths every mount.
+        if learned.as_ref().is_some_and(|m| m.layout.is_some_and(|l| l != Layout::Btrfs)) {
             break;
         }
     }
     let m = learned?;
-    let subvols: Vec<u64> = m.subvols.iter().map(|s| s.id).collect();
-    tracing::info!(mount = %m.path, layout = ?m.layout, ?subvols, "closed files on this filesystem are reached by file handle");
+    if let Some(layout) = m.layout {
+        let subvols: Vec<u64> = m.subvols.iter().map(|s| s.id).collect();
+        tracing::info!(mount = %m.points[0].path, ?layout, ?subvols, "closed files on this filesystem are reached by file handle");
+    }
     Some(m)
 }
 
-/// The handle layout of the filesystem `sb_dev` mounted at `path`, its
-/// root's device and (btrfs) subvolume; None, logged, if it cannot be used.
-fn probe(path: &str, sb_dev: u64) -> Option<(Layout, u64, Option<Subvol>)> {
+/// What probing one mount found.
+struct Probe {
+    /// None: the filesystem has no file handles (EOPNOTSUPP).
+    layout: Option<Layout>,
+    point: Point,
+    /// btrfs: the subvolume mounted there.
+    subvol: Option<Subvol>,
+}
+
+/// The handle layout of the filesystem `sb_dev` mounted at `path` (or that
+/// it has none), its root's device and (btrfs) subvolume; None, logged, if
+/// it cannot be used.
+fn probe(path: &str, sb_dev: u64) -> Option<Probe> {
     let root = match open_dir(path) {
         Ok(root) => root,
         Err(e) => {
@@ -253,33 +331,28 @@ fn probe(path: &str, sb_dev: u64) -> Option<(Layout, u64, Option<Subvol>)> {
             return None;
         }
     };
-    let mut h = FileHandle { handle_bytes: MAX_HANDLE_SZ as u32, handle_type: 0, f_handle: [0; MAX_HANDLE_SZ] };
-    let mut mount_id = 0;
-    let empty = CString::new("").unwrap();
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_name_to_handle_at,
-            root.as_raw_fd(),
-            empty.as_ptr(),
-            &mut h as *mut FileHandle,
-            &mut mount_id,
-            libc::AT_EMPTY_PATH,
-        )
-    };
     let root_st = sys::fstat(root.as_raw_fd()).ok()?;
-    let layout = (r == 0)
-        .then(|| Layout::of_type(h.handle_type))
-        .flatten()
-        .filter(|l| l.decode_ino(&h.f_handle[..h.handle_bytes as usize]) == Some(root_st.st_ino));
-    let Some(layout) = layout else {
-        tracing::warn!(mount = %path, handle_type = h.handle_type, "unknown file handle layout: closed files there are left to the kernel");
-        return None;
+    let handle = root_handle(&root);
+    let layout = match &handle {
+        Ok(h) => Some(
+            Layout::of_type(h.handle_type)
+                .filter(|l| l.decode_ino(&h.f_handle[..h.handle_bytes as usize]) == Some(root_st.st_ino))
+                .or_else(|| {
+                    tracing::warn!(mount = %path, handle_type = h.handle_type, "unknown file handle layout: closed files there are left to the kernel");
+                    None
+                })?,
+        ),
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => None,
+        Err(e) => {
+            tracing::warn!(mount = %path, error = %e, "no file handle for the mount root: closed files there are left to the kernel");
+            return None;
+        }
     };
     // A path mounted over (ProtectHome=tmpfs) leads to another filesystem,
     // through which this one's handles would open nothing.  btrfs reports
     // a device per subvolume: its type has to do.
     let same = match layout {
-        Layout::Btrfs => {
+        Some(Layout::Btrfs) => {
             let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
             let r = unsafe { libc::fstatfs(root.as_raw_fd(), &mut fs) };
             r == 0 && fs.f_type == libc::BTRFS_SUPER_MAGIC
@@ -290,11 +363,31 @@ fn probe(path: &str, sb_dev: u64) -> Option<(Layout, u64, Option<Subvol>)> {
         tracing::info!(mount = %path, "another filesystem is mounted over this mount point");
         return None;
     }
-    let subvol = (layout == Layout::Btrfs)
-        .then(|| h.f_handle[8..16].try_into().ok().map(u64::from_ne_bytes))
+    let subvol = (layout == Some(Layout::Btrfs))
+        .then(|| handle.ok()?.f_handle[8..16].try_into().ok().map(u64::from_ne_bytes))
         .flatten()
         .map(|id| Subvol { id, st_dev: root_st.st_dev });
-    Some((layout, root_st.st_dev, subvol))
+    Some(Probe { layout, point: Point { path: path.to_owned(), root_dev: root_st.st_dev, root: None }, subvol })
+}
+
+/// name_to_handle_at(2) of a mount's root.
+fn root_handle(root: &OwnedFd) -> io::Result<FileHandle> {
+    let mut h = FileHandle { handle_bytes: MAX_HANDLE_SZ as u32, handle_type: 0, f_handle: [0; MAX_HANDLE_SZ] };
+    let mut mount_id = 0;
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            root.as_raw_fd(),
+            c"".as_ptr(),
+            &mut h as *mut FileHandle,
+            &mut mount_id,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(h)
 }
 
 /// Where the filesystem with device "major:minor" is mounted, a mount of
@@ -306,10 +399,11 @@ fn probe(path: &str, sb_dev: u64) -> Option<(Layout, u64, Option<Subvol>)> {
 /// btrfs only as subvolumes (subvol=root, subvol=@home).  The open is
 /// read-only and checked against (st_dev, ino), so reaching a file outside
 /// the mounted subtree shows the daemon nothing it could not open anyway.
-fn mount_points(dev: &str) -> Vec<String> {
-    let mut mounts: Vec<_> = crate::sys::mounts().into_iter().filter(|m| m.dev == dev).collect();
+/// A path, on a filesystem without handles, is tried beneath each.
+fn mounts_of(dev: &str) -> Vec<sys::MountInfo> {
+    let mut mounts: Vec<_> = sys::mounts().into_iter().filter(|m| m.dev == dev).collect();
     mounts.sort_by_key(|m| m.root != "/");
-    mounts.into_iter().map(|m| m.mount_point).collect()
+    mounts
 }
 
 #[cfg(test)]
@@ -318,14 +412,41 @@ mod tests {
 
     #[test]
     fn layouts_round_trip() {
-        let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: 4242, generation: 7, fs_root: 5 };
+        let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: 4242, generation: 7, fs_root: 5, path: None };
         for l in [Layout::Ino32Gen, Layout::XfsIno64Gen, Layout::Btrfs] {
             let b = l.encode(&f).unwrap();
             assert_eq!(l.decode_ino(&b), Some(4242), "{l:?}");
             assert_eq!(Layout::of_type(l.handle_type()), Some(l));
         }
         // A 64-bit inode number has no 32-bit handle.
-        assert!(Layout::Ino32Gen.encode(&ClosedFile { ino: 1 << 40, ..f }).is_none());
+        assert!(Layout::Ino32Gen.encode(&ClosedFile { ino: 1 << 40, ..f.clone() }).is_none());
+    }
+
+    /// A filesystem without handles is tried beneath each of its mounts:
+    /// here two directories standing for them, the file beneath the second.
+    #[test]
+    fn by_path_tries_each_mount() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("wb-by-path-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a/d")).unwrap();
+        std::fs::create_dir_all(dir.join("b/d")).unwrap();
+        std::fs::write(dir.join("a/d/f"), b"another file of that name").unwrap();
+        std::fs::write(dir.join("b/d/f"), b"the one").unwrap();
+        let m = std::fs::metadata(dir.join("b/d/f")).unwrap();
+        let point = |p: &str| Point { path: dir.join(p).to_string_lossy().into_owned(), root_dev: m.dev(), root: None };
+        let mut mount = Mount { layout: None, points: vec![point("a"), point("b")], subvols: Vec::new() };
+        assert!(mount.points.iter_mut().all(Point::open_root));
+        let path = Some(RelPath::from(c"d/f"));
+        let f = ClosedFile { sb_dev: 0, st_dev: m.dev(), ino: m.ino(), generation: 0, fs_root: 0, path };
+        let got = std::fs::File::from(by_path(&mount, &f).expect("beneath b")).metadata().unwrap();
+        assert_eq!(got.ino(), m.ino());
+        // No path (too deep for BPF): unreachable, counted as no_handle.
+        assert_eq!(by_path(&mount, &ClosedFile { path: None, ..f.clone() }).unwrap_err(), ErrorKind::NoHandle);
+        // Gone beneath every mount.
+        std::fs::remove_file(dir.join("b/d/f")).unwrap();
+        assert_eq!(by_path(&mount, &f).unwrap_err(), ErrorKind::FileGone);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -334,6 +455,6 @@ mod tests {
         let st = std::fs::metadata("/").unwrap();
         use std::os::unix::fs::MetadataExt;
         let dev = format!("{}:{}", libc::major(st.dev()), libc::minor(st.dev()));
-        assert_eq!(mount_points(&dev).first().map(String::as_str), Some("/"));
+        assert_eq!(mounts_of(&dev).first().map(|m| m.mount_point.as_str()), Some("/"));
     }
 }

@@ -123,10 +123,10 @@ impl Control {
 
 fn drain(ring: &mut RingBuf<MapData>, table: &mut StreamTable) {
     while let Some(item) = ring.next() {
-        let decoded = wb_event::decode(&item);
+        let decoded = wb_event::decode_any(&item);
         drop(item);
         match decoded {
-            Some((kind, ev)) => table.handle(kind, &ev),
+            Some((kind, ev, path)) => table.handle(kind, &ev, path),
             None => table.error(ErrorKind::BadEvent),
         }
     }

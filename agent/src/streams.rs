@@ -9,7 +9,7 @@ use std::{
 };
 
 use crate::{
-    abi::{EventKind, wb_event},
+    abi::{EventKind, RelPath, wb_event},
     counters::{Counters, ErrorKind},
     devices::Devices,
     flusher::{Batch, Flush, Flushers, StreamFile, Target},
@@ -106,14 +106,16 @@ fn flush_of(ev: &wb_event, target: Target) -> Flush {
     Flush { target, start: ev.start, end: ev.end }
 }
 
-/// What names the event's inode for good, to open it by handle.
-fn closed_file(key: StreamKey, ev: &wb_event) -> ClosedFile {
+/// What names the event's inode for good, to open it by handle (or, on a
+/// filesystem without handles, by the path a close reported).
+fn closed_file(key: StreamKey, ev: &wb_event, path: Option<RelPath>) -> ClosedFile {
     ClosedFile {
         sb_dev: crate::abi::kernel_dev_to_user(ev.sb_dev),
         st_dev: key.file.dev,
         ino: key.file.ino,
         generation: ev.generation,
         fs_root: ev.fs_root,
+        path,
     }
 }
 
@@ -139,7 +141,9 @@ impl StreamTable {
         (1 << 32) + self.next_id
     }
 
-    pub fn handle(&mut self, kind: EventKind, ev: &wb_event) {
+    /// One event; `path` comes with closes on filesystems without file
+    /// handles (abi::wb_event::decode_any).
+    pub fn handle(&mut self, kind: EventKind, ev: &wb_event, path: Option<RelPath>) {
         self.counters.add(&self.counters.events, 1);
         tracing::debug!(
             kind = ?kind, pid = ev.tgid, fd = ev.fd, ino = ev.ino, start = ev.start, end = ev.end, comm = %printable(&ev.comm()),
@@ -148,7 +152,7 @@ impl StreamTable {
         let key = StreamKey { tgid: ev.tgid, file: FileId { dev: ev.st_dev(), ino: ev.ino } };
         match kind {
             EventKind::Span => self.span(key, ev),
-            EventKind::Close => self.close(key, ev),
+            EventKind::Close => self.close(key, ev, path),
         }
     }
 
@@ -189,7 +193,7 @@ impl StreamTable {
             Err(ErrorKind::FileGone | ErrorKind::ProcessGone) => {
                 // The writer moved on before the agent got there: reach the
                 // inode by handle.
-                let job = flush_of(ev, Target::Closed(closed_file(key, ev)));
+                let job = flush_of(ev, Target::Closed(closed_file(key, ev, None)));
                 self.flushers.submit(&ev.bdi(), dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
                 return false;
             }
@@ -202,7 +206,7 @@ impl StreamTable {
         let now = Instant::now();
         let stream = Stream {
             id: self.new_stream_id(),
-            file: Arc::new(StreamFile::new(key.tgid, ev.fd, pidfd, closed_file(key, ev))),
+            file: Arc::new(StreamFile::new(key.tgid, ev.fd, pidfd, closed_file(key, ev, None))),
             fd: ev.fd,
             uid: ev.uid,
             comm: ev.comm(),
@@ -237,11 +241,12 @@ impl StreamTable {
     }
 
     /// The writer closed the file: hand its tail to writeback.  A stream's
-    /// file is held; any other file is reached by handle, in a batch.
-    fn close(&mut self, key: StreamKey, ev: &wb_event) {
+    /// file is held; any other file is reached by handle (or path), in a batch.
+    fn close(&mut self, key: StreamKey, ev: &wb_event, path: Option<RelPath>) {
         let tail = ev.end - ev.start;
         let dev = self.devices.note(ev);
         if let Some(s) = self.streams.remove(&key) {
+            s.file.set_path(path);
             let job = flush_of(ev, Target::Held(s.file.clone()));
             self.flushers.submit(&s.bdi, &dev, Batch { owner: s.id, flushes: vec![job] });
             self.ended(key, s, tail, "closed");
@@ -255,7 +260,7 @@ impl StreamTable {
         w.files += 1;
         w.bytes += tail;
         w.last = now;
-        let job = flush_of(ev, Target::Closed(closed_file(key, ev)));
+        let job = flush_of(ev, Target::Closed(closed_file(key, ev, path)));
         let slot = (ev.bdi(), key.tgid);
         let p = self.pending.entry(slot.clone()).or_insert_with(|| Pending {
             batch: Batch { owner: key.tgid as u64, flushes: Vec::new() },
