@@ -39,6 +39,10 @@ const FEXIT_WRITES: &[(&str, &str, u32)] = &[
     ("wb_vfs_writev", "vfs_writev", WB_SC_VECTORED),
     ("wb_vfs_iter_write", "vfs_iter_write", WB_SC_SPLICE),
 ];
+/// From Linux 6.8 splice writes skip vfs_iter_write (bpf/writebehind.bpf.c,
+/// wb_splice_write): hooked there on those kernels only, where it cannot
+/// see a write twice.
+const SPLICE_WRITE: (&str, &str, (u32, u32)) = ("wb_splice_write", "iter_file_splice_write", (6, 8));
 /// Close hooks, the first this kernel has: filp_flush from 6.8, filp_close before.
 const FENTRY_CLOSES: &[(&str, &str)] = &[("wb_filp_flush", "filp_flush"), ("wb_filp_close", "filp_close")];
 
@@ -170,6 +174,18 @@ impl Loaded {
                     Err(e) => return Err(e).with_context(|| format!("loading {prog} (fexit/{func})")),
                 }
             }
+            let (prog, func, since) = SPLICE_WRITE;
+            if kernel_at_least(since) {
+                let p: &mut FExit = self.program(prog)?;
+                match p.load(func, btf).and_then(|_| p.attach().map(drop)) {
+                    Ok(()) => loaded.push(prog),
+                    Err(e) => {
+                        tracing::info!(function = func, error = %e, "cannot hook; its syscalls are seen at sys_exit");
+                        missing |= WB_SC_SPLICE;
+                        gaps.push(func);
+                    }
+                }
+            }
             let mut errors = Vec::new();
             for &(prog, func) in FENTRY_CLOSES {
                 let p: &mut FEntry = self.program(prog)?;
@@ -272,5 +288,35 @@ impl Drop for TracefsMount {
             let path = std::ffi::CString::new(TRACEFS).unwrap();
             unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
         }
+    }
+}
+
+/// Whether the running kernel's release (uname -r: "6.12.117+deb12-amd64")
+/// is at least `(major, minor)`; an unreadable release counts as older.
+fn kernel_at_least(want: (u32, u32)) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    release_at_least(&release, want)
+}
+
+fn release_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut nums = release.trim().split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().ok());
+    match (nums.next().flatten(), nums.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= want,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::release_at_least;
+
+    #[test]
+    fn releases_compare_by_major_and_minor() {
+        assert!(release_at_least("6.12.117+deb12-amd64", (6, 8)));
+        assert!(release_at_least("6.8.0", (6, 8)));
+        assert!(release_at_least("7.0.1\n", (6, 8)));
+        assert!(!release_at_least("6.1.0-56-amd64", (6, 8)));
+        assert!(!release_at_least("5.19.0", (6, 8)));
+        assert!(!release_at_least("", (6, 8)));
     }
 }
