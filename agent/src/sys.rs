@@ -94,14 +94,19 @@ pub fn open_writer_file(pid: u32, fd: i32, pidfd: &OwnedFd, expect: FileId) -> R
 /// and the reopen through /proc/self/fd opens that very inode, whatever
 /// has happened to its path since.
 pub fn reopen_checked(handle: &OwnedFd, expect: FileId) -> Result<OwnedFd, ErrorKind> {
-    let id = cached_identity(handle.as_raw_fd()).map_err(|_| ErrorKind::Other)?;
+    let id = cached_identity(handle.as_raw_fd()).map_err(|e| {
+        tracing::debug!(error = %e, "statx of an O_PATH descriptor");
+        ErrorKind::Other
+    })?;
     if id != (expect, libc::S_IFREG) {
+        tracing::debug!(?id, ?expect, "not the file the event was about");
         return Err(ErrorKind::IdentityMismatch);
     }
     let reopen = CString::new(format!("/proc/self/fd/{}", handle.as_raw_fd())).unwrap();
     let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
     let raw = unsafe { libc::open(reopen.as_ptr(), flags) };
     if raw < 0 {
+        tracing::debug!(error = %io::Error::last_os_error(), "reopening an O_PATH descriptor");
         return Err(ErrorKind::Other);
     }
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
@@ -132,7 +137,9 @@ pub fn open_beneath(root: &OwnedFd, rel: &CStr, expect: FileId) -> Result<OwnedF
         )
     };
     if raw < 0 {
-        return Err(error_kind(&io::Error::last_os_error()));
+        let e = io::Error::last_os_error();
+        tracing::debug!(path = ?rel, error = %e, "not found beneath the mount");
+        return Err(error_kind(&e));
     }
     reopen_checked(&unsafe { OwnedFd::from_raw_fd(raw as RawFd) }, expect)
 }
