@@ -153,6 +153,12 @@ usb_run() {
 }
 
 usb_started=$(date +%s)
+# Debug logs while sticks are tested: why a closed file was not reached.
+mkdir -p /run/systemd/system/writebehindd.service.d
+printf '[Service]\nEnvironment=RUST_LOG=info,writebehindd::sys=debug,writebehindd::handles=debug\n' \
+    >/run/systemd/system/writebehindd.service.d/usb-debug.conf
+systemctl daemon-reload
+systemctl restart writebehindd
 usb_sources
 disk=$(usb_disks | head -1)
 if [ -z "$disk" ]; then
@@ -237,4 +243,6 @@ if [ -n "$disk" ]; then
 fi
 
 echo "systest: the daemon's warnings, errors and ways to closed files during the USB tests:"
-journalctl -u writebehindd --since "@$usb_started" -o cat --no-pager | grep -E "WARN|ERROR|handle|path" | sed 's/^/systest:   /' | tail -40
+journalctl -u writebehindd --since "@$usb_started" -o cat --no-pager | grep -E "WARN|ERROR|DEBUG|handle|path" | sed 's/^/systest:   /' | tail -40
+rm -rf /run/systemd/system/writebehindd.service.d
+systemctl daemon-reload
