@@ -155,3 +155,36 @@ pub fn same_content(a: &Path, b: &Path) -> Result<bool> {
     let st = Command::new("cmp").arg("-s").arg(a).arg(b).status()?;
     Ok(st.success())
 }
+
+/// A directory made once by `make` and kept under target/wb-cache/`key`, so
+/// that tests (and runs) needing the same generated data share it: the key
+/// must name everything `make` depends on.  Made in a temporary directory
+/// and renamed into place, so a half-made one is never used; synced, so its
+/// writeback does not run under a later measurement.  Where target/ cannot
+/// be written (vmtest's guest sees the host read-only), it is made in
+/// /dev/shm for this caller alone and removed with the returned guard.
+pub fn cached_dir(key: &str, make: impl FnOnce(&Path) -> Result<()>) -> Result<(PathBuf, Option<Scratch>)> {
+    let cache = bin_dir().parent().context("target/")?.join("wb-cache");
+    let dir = cache.join(key);
+    if dir.is_dir() {
+        return Ok((dir, None));
+    }
+    let tmp = cache.join(format!(".{key}.{}", std::process::id()));
+    if std::fs::create_dir_all(&tmp).is_err() {
+        let shm = Scratch::new_in("/dev/shm", key)?;
+        make(&shm.0)?;
+        return Ok((shm.0.clone(), Some(shm)));
+    }
+    if let Err(e) = make(&tmp).and_then(|()| sh("sync").map(drop)) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    if let Err(e) = std::fs::rename(&tmp, &dir) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        // Another process made it meanwhile: use that one.
+        if !dir.is_dir() {
+            return Err(e).with_context(|| format!("renaming {} to {}", tmp.display(), dir.display()));
+        }
+    }
+    Ok((dir, None))
+}
