@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: write-behind measured against the alternatives a user
 //! would pick instead, side by side in one run, on a bandwidth-capped device.
 
+mod cost;
 mod modes;
 mod probes;
 mod report;
@@ -27,7 +28,10 @@ min–max). Writes results.json and one SVG plot per copy group to --out
 (default target/bench/<unix time>). Needs root.
 
   scenarios: copy (with fsync/read latency probes), tar, multi, overwrite,
-             tempfile, overhead
+             tempfile, overhead, cost (what watching costs, daemon vs none:
+             ns per write and per unrelated syscall, agent CPU and RSS for a
+             3 GiB cp, tar x of 30,000 files, 1,000 streams, events/s; about
+             8 minutes with --runs 3)
   modes:     default, global, strict, linus, dontcache, writebehindd, and
              writebehindd:KEY=VALUE+... (policy keys, e.g. window_seconds=0.25)
   --writers  concurrent dd writers in multi (default 1,10,30)
@@ -46,9 +50,10 @@ struct Plan {
     out: PathBuf,
     /// copy files at the slow rate (fewer, to bound the run time)
     slow_copy_files: u32,
+    cost: cost::CostSizes,
 }
 
-const SCENARIOS: [&str; 6] = ["copy", "tar", "multi", "overwrite", "tempfile", "overhead"];
+const SCENARIOS: [&str; 7] = ["copy", "tar", "multi", "overwrite", "tempfile", "overhead", "cost"];
 
 fn parse(args: &[String]) -> Result<Plan> {
     let full = Sizes {
@@ -74,6 +79,7 @@ fn parse(args: &[String]) -> Result<Plan> {
         modes: modes::ALL.to_vec(),
         out: PathBuf::from(format!("target/bench/{stamp}")),
         slow_copy_files: 32,
+        cost: cost::CostSizes::full(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -96,6 +102,7 @@ fn parse(args: &[String]) -> Result<Plan> {
                 plan.fs = vec!["ext4".into()];
                 plan.rates = vec![100];
                 plan.runs = 1;
+                plan.cost = cost::CostSizes::quick();
             }
             "--smoke" => {
                 plan.sizes = Sizes {
@@ -115,6 +122,7 @@ fn parse(args: &[String]) -> Result<Plan> {
                 plan.rates = vec![100];
                 plan.runs = 1;
                 plan.slow_copy_files = 4;
+                plan.cost = cost::CostSizes::smoke();
             }
             "--only" => plan.scenarios = val()?.split(',').map(str::to_owned).collect(),
             "--modes" => {
@@ -147,7 +155,8 @@ fn parse(args: &[String]) -> Result<Plan> {
 /// the copy, which is what that case is about.
 fn scenarios_at(plan: &Plan, rate: u64) -> Vec<&str> {
     let slow = rate < 100 && plan.rates.iter().any(|&r| r >= 100);
-    plan.scenarios.iter().map(String::as_str).filter(|s| *s != "overhead" && (!slow || *s == "copy")).collect()
+    let device = |s: &&str| !matches!(*s, "overhead" | "cost");
+    plan.scenarios.iter().map(String::as_str).filter(device).filter(|s| !slow || *s == "copy").collect()
 }
 
 /// A rough duration: every byte at the device rate, plus 30 % for syncs and setup.
@@ -168,8 +177,13 @@ fn estimate_secs(plan: &Plan) -> f64 {
             bytes_at += mib / rate as f64;
         }
     }
-    let per_mode = bytes_at * plan.fs.len() as f64 * 1.3 + 20.0;
-    per_mode * (plan.modes.len() * plan.runs as usize) as f64
+    let on_device = plan.rates.iter().any(|&r| !scenarios_at(plan, r).is_empty());
+    let per_mode = if on_device { bytes_at * plan.fs.len() as f64 * 1.3 + 20.0 } else { 0.0 };
+    let cost = match plan.scenarios.iter().any(|s| s == "cost") {
+        true => plan.cost.estimate_secs(plan.rates.first().copied().unwrap_or(100), plan.runs),
+        false => 0.0,
+    };
+    per_mode * (plan.modes.len() * plan.runs as usize) as f64 + cost
 }
 
 pub fn main(args: &[String]) -> Result<()> {
@@ -207,6 +221,9 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     if plan.scenarios.iter().any(|s| s == "overhead") {
         overhead(&plan, &daemon, &mut runs)?;
+    }
+    if plan.scenarios.iter().any(|s| s == "cost") {
+        cost::run(&plan, &daemon, &xtask, &mut runs)?;
     }
     report::write_json(&runs, &plan.out.join("results.json"))?;
     println!("\nresults: {}", plan.out.join("results.json").display());

@@ -95,6 +95,11 @@ pub struct Active {
 }
 
 impl Active {
+    /// The daemon of a writebehindd mode: its pid and socket, for what it costs.
+    pub fn daemon(&self) -> Option<&Daemon> {
+        self.daemon.as_ref()
+    }
+
     pub fn stop(mut self) -> Result<()> {
         if let Some(d) = self.daemon.take() {
             d.stop()?;

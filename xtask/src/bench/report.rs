@@ -30,7 +30,7 @@ impl Run {
     }
 }
 
-fn fmt(v: f64) -> String {
+pub fn fmt(v: f64) -> String {
     if v.is_nan() {
         "-".into()
     } else if v.abs() >= 100.0 {
@@ -50,6 +50,18 @@ fn cell(mut vals: Vec<f64>) -> String {
         1 => fmt(vals[0]),
         n => format!("{} ({}–{})", fmt(vals[n / 2]), fmt(vals[0]), fmt(vals[n - 1])),
     }
+}
+
+/// The median of one metric over a mode's runs in a group (the upper one
+/// of an even count, as in the tables).
+pub fn median(runs: &[Run], group: &str, mode: &str, metric: &str) -> Option<f64> {
+    let mut vals: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.group == group && r.mode == mode)
+        .filter_map(|r| r.metrics.iter().find(|(k, _)| k == metric).map(|(_, v)| *v))
+        .collect();
+    vals.sort_by(|a, b| a.total_cmp(b));
+    vals.get(vals.len() / 2).copied()
 }
 
 /// Prints one table for a group, modes in the order they ran.
@@ -81,9 +93,14 @@ pub fn table(runs: &[Run], group: &str) -> String {
         }
         rows.push(row);
     }
+    grid(group, &rows)
+}
+
+/// A titled table: the first row is the header, the first column left-aligned.
+pub fn grid(title: &str, rows: &[Vec<String>]) -> String {
     let widths: Vec<usize> =
         (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
-    let mut out = format!("\n== {group} ==\n");
+    let mut out = format!("\n== {title} ==\n");
     for (i, row) in rows.iter().enumerate() {
         let line: Vec<String> = row
             .iter()

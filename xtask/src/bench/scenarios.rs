@@ -63,7 +63,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn clean(&self, name: &str) -> Result<PathBuf> {
+    pub fn clean(&self, name: &str) -> Result<PathBuf> {
         let p = self.fs.path(name);
         sh(&format!("rm -rf {0} && sync", p.display()))?;
         Ok(p)
@@ -89,7 +89,7 @@ fn wait(mut child: Child, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn timed_sync() -> Result<f64> {
+pub fn timed_sync() -> Result<f64> {
     let t = Instant::now();
     sh("sync")?;
     Ok(t.elapsed().as_secs_f64())
@@ -235,16 +235,23 @@ pub fn tempfile(ctx: &Ctx, mode: Mode) -> Result<Metrics> {
 
 /// The hook's cost: 4 KiB write()s to tmpfs, where there is nothing to flush.
 pub fn overhead(secs: f64) -> Result<Metrics> {
+    overhead_in(Path::new("/dev/shm"), 4096, secs)
+}
+
+/// 4 KiB write()s into `dir`, `region` of them over and
+/// over the same bytes (rewound), so that the page cache does not grow and,
+/// below the smallest window (2 MiB), the daemon has nothing to flush.
+pub fn overhead_in(dir: &Path, region: u64, secs: f64) -> Result<Metrics> {
     use std::io::{Seek, Write};
-    let path = Path::new("/dev/shm").join(format!("wb-overhead-{}", std::process::id()));
+    let path = dir.join(format!("wb-overhead-{}", std::process::id()));
     let mut f = std::fs::File::create(&path)?;
     let block = [7u8; 4096];
     let (t, mut n) = (Instant::now(), 0u64);
     while t.elapsed().as_secs_f64() < secs {
-        for _ in 0..4096 {
+        for _ in 0..region {
             f.write_all(&block)?;
         }
-        n += 4096;
+        n += region;
         f.rewind()?;
     }
     let secs = t.elapsed().as_secs_f64();

@@ -180,13 +180,35 @@ fn overwrite(path: &Path, mib: u64, flavor: Flavor) -> Result<()> {
     sink.finish()
 }
 
-/// `xtask writer FLAVOR copy-tree SRC DST | zeros PATH MIB | overwrite PATH MIB`
+/// What the daemon's per-file work costs at its fastest: `n` files of
+/// `bytes` each, as fast as one process can create them, in directories of
+/// 1,000.  A 20 MiB lead file first: beyond the default policy's 16 MiB
+/// burst the process streams, so every close after it is an event.
+fn files(dir: &Path, n: u32, bytes: usize, flavor: Flavor) -> Result<()> {
+    zeros(&dir.join("lead"), 20, flavor)?;
+    let buf = vec![0x61u8; bytes];
+    for i in 0..n {
+        let sub = dir.join(format!("d{:03}", i / 1000));
+        if i % 1000 == 0 {
+            fs::create_dir_all(&sub)?;
+        }
+        let mut sink = Sink::create(&sub.join(format!("f{i:05}")), flavor)?;
+        sink.write(&buf)?;
+        sink.finish()?;
+    }
+    Ok(())
+}
+
+/// `xtask writer FLAVOR copy-tree SRC DST | zeros PATH MIB | overwrite PATH MIB | files DIR N BYTES`
 pub fn main(args: &[String]) -> Result<()> {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
         [flavor, "copy-tree", src, dst] => copy_tree(Path::new(src), Path::new(dst), Flavor::parse(flavor)?),
         [flavor, "zeros", path, mib] => zeros(Path::new(path), mib.parse()?, Flavor::parse(flavor)?),
         [flavor, "overwrite", path, mib] => overwrite(Path::new(path), mib.parse()?, Flavor::parse(flavor)?),
-        _ => bail!("usage: xtask writer FLAVOR (copy-tree SRC DST | zeros PATH MIB | overwrite PATH MIB)"),
+        [flavor, "files", dir, n, bytes] => files(Path::new(dir), n.parse()?, bytes.parse()?, Flavor::parse(flavor)?),
+        _ => bail!(
+            "usage: xtask writer FLAVOR (copy-tree SRC DST | zeros PATH MIB | overwrite PATH MIB | files DIR N BYTES)"
+        ),
     }
 }

@@ -1,0 +1,555 @@
+//! `bench --only cost` (issue 18): what watching costs, side by side with no
+//! daemon (the kernel default).  Per call where nothing streams (a write, an
+//! unrelated syscall, a syscall-heavy program: the hooks' price, paid in the
+//! caller); the agent's CPU and memory where something does (one big file,
+//! many small ones, 1,000 streams); how many events it handles when closes
+//! come as fast as one process can make them; the issue's goals last.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Write},
+    os::unix::net::UnixStream,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use wb_tests::{Daemon, LoopDevice, MIB, Mounted, Scratch, sh};
+
+use super::{
+    modes::{self, Mode},
+    report::{self, Run},
+    scenarios::{self, Ctx, Metrics, Sizes},
+};
+
+/// The flood measures the agent, not the device: paced (the default), its
+/// writer would wait for a 100 MiB/s device long before the agent is busy.
+const FLOOD_POLICY: &str = "pacing=false";
+
+/// 1,000 streams of a few MiB each stream only with a burst and window below
+/// their size (the default burst is 16 MiB: 1,000 × 17 MiB would take minutes
+/// at 100 MiB/s); the same policy as tests/reliability.rs.
+const STREAMS_POLICY: &str = "burst=\"1MiB\"+window=\"1MiB\"";
+
+/// 4 KiB writes per pass over the same bytes: 1 MiB, under the smallest
+/// window (2 MiB), so the daemon sees every write and has nothing to flush.
+const REGION: u64 = 256;
+
+#[derive(Debug, Clone)]
+pub struct CostSizes {
+    /// Seconds of each per-call loop, and at least this many runs of them
+    /// (cheap, and the noisiest numbers).
+    pub micro_secs: f64,
+    pub micro_runs: u32,
+    /// Timed `find /usr -xdev` per run (their median is the run's value).
+    pub find_reps: u32,
+    pub copy_mib: u64,
+    pub tar_files: u32,
+    pub flood_files: u32,
+    pub streams: u32,
+    pub stream_mib: u64,
+}
+
+impl CostSizes {
+    pub fn full() -> Self {
+        Self {
+            micro_secs: 1.0,
+            micro_runs: 5,
+            find_reps: 3,
+            copy_mib: 3072,
+            tar_files: 30_000,
+            flood_files: 50_000,
+            streams: 1000,
+            stream_mib: 2,
+        }
+    }
+
+    pub fn quick() -> Self {
+        Self { micro_secs: 0.5, micro_runs: 3, find_reps: 3, copy_mib: 1024, ..Self::full() }
+    }
+
+    pub fn smoke() -> Self {
+        Self {
+            micro_secs: 0.2,
+            micro_runs: 1,
+            find_reps: 1,
+            copy_mib: 64,
+            tar_files: 300,
+            flood_files: 2000,
+            streams: 20,
+            stream_mib: 2,
+        }
+    }
+
+    /// Seconds at `rate_mib`: each byte twice (once per mode) at the device
+    /// rate, plus a fixed share per part for daemon starts and settling.
+    pub fn estimate_secs(&self, rate_mib: u64, runs: u32) -> f64 {
+        let mib = self.copy_mib + self.tar_files as u64 * 17 / 2048 + (self.streams as u64 * self.stream_mib);
+        let per_run = 2.0 * mib as f64 / rate_mib as f64 + 4.0 * 8.0;
+        let micro = self.micro_runs.max(runs) as f64 * 2.0 * (3.0 * self.micro_secs + self.find_reps as f64 + 4.0);
+        per_run * runs as f64 + micro + 30.0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    PerCall,
+    Copy,
+    Tar,
+    Flood,
+    Streams,
+}
+
+impl Part {
+    const ALL: [Part; 5] = [Part::PerCall, Part::Copy, Part::Tar, Part::Flood, Part::Streams];
+
+    fn group(self, s: &CostSizes) -> String {
+        match self {
+            Part::PerCall => "cost: per call, nothing streaming".into(),
+            Part::Copy => format!("cost: cp of one {:.1} GiB file", s.copy_mib as f64 / 1024.0),
+            Part::Tar => format!("cost: tar x of {} files of 1-16 KiB", s.tar_files),
+            Part::Flood => format!("cost: {} closed files of 1 KiB, as fast as one process can", s.flood_files),
+            Part::Streams => format!("cost: {} concurrent dd streams x {} MiB", s.streams, s.stream_mib),
+        }
+    }
+
+    fn daemon_mode(self) -> Mode {
+        match self {
+            Part::Streams => Mode::Writebehindd(Some(STREAMS_POLICY)),
+            Part::Flood => Mode::Writebehindd(Some(FLOOD_POLICY)),
+            _ => Mode::Writebehindd(None),
+        }
+    }
+
+    fn run(self, ctx: &Ctx, s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
+        match self {
+            Part::PerCall => per_call(ctx, s, agent),
+            Part::Copy => copy(ctx, agent),
+            Part::Tar => tar(ctx, agent),
+            Part::Flood => flood(ctx, s, agent),
+            Part::Streams => streams(ctx, s, agent),
+        }
+    }
+}
+
+/// The whole scenario, on an ext4 device of its own at the plan's first rate.
+pub fn run(plan: &super::Plan, daemon: &Path, xtask: &Path, runs: &mut Vec<Run>) -> Result<()> {
+    let (s, t) = (&plan.cost, Instant::now());
+    let rate_mib = plan.rates.first().copied().unwrap_or(100);
+    let shm = Scratch::new_in("/dev/shm", "cost")?;
+    let copy_src = shm.0.join("big");
+    wb_tests::random_file(&copy_src, s.copy_mib * MIB, 0x5eed)?;
+    let tarball = cached_tarball(s.tar_files)?;
+    sh(&format!("cat {} > /dev/null", tarball.display()))?; // cached for every run alike
+    let dev_mib = s.copy_mib.max(s.streams as u64 * s.stream_mib) * 5 / 4 + s.tar_files as u64 / 32 + 128;
+    let fs = Mounted::new(LoopDevice::throttled(dev_mib, rate_mib * MIB)?, "ext4")?;
+    let sizes = Sizes { multi_mib: s.stream_mib, ..plan.sizes.clone() };
+    let ctx = Ctx {
+        fs: &fs,
+        rate: rate_mib * MIB,
+        sizes: &sizes,
+        xtask: xtask.to_owned(),
+        copy_src,
+        copy_bytes: s.copy_mib * MIB,
+        tarball,
+    };
+    println!("\ncost: ext4 at {rate_mib} MiB/s, daemon built from {}", daemon_source());
+    println!("set up in {:.0} s; load average {}", t.elapsed().as_secs_f64(), loadavg());
+    for part in Part::ALL {
+        measure(part, plan, &ctx, daemon, runs)?;
+    }
+    print!("{}", goals(runs, s));
+    Ok(())
+}
+
+/// One part's runs, each mode in turn, and its table.
+fn measure(part: Part, plan: &super::Plan, ctx: &Ctx, daemon: &Path, runs: &mut Vec<Run>) -> Result<()> {
+    let (s, t) = (&plan.cost, Instant::now());
+    let n = if part == Part::PerCall { plan.runs.max(s.micro_runs) } else { plan.runs };
+    let group = part.group(s);
+    for _ in 0..n {
+        for mode in modes_of(plan, part) {
+            let active = modes::activate(mode, &ctx.fs.bdi()?, ctx.rate, daemon)?;
+            let agent = active.daemon().map(Agent::watch).transpose()?;
+            let metrics = part.run(ctx, s, agent.as_ref())?;
+            active.stop()?;
+            runs.push(Run::new(&group, &mode.name(), &metrics, &[]));
+        }
+    }
+    print!("{}", report::table(runs, &group));
+    println!("({n} run(s) in {:.0} s; load average {})", t.elapsed().as_secs_f64(), loadavg());
+    Ok(())
+}
+
+/// The commit the daemon was built from.  Others edit the daemon in this
+/// tree: the binary is HEAD plus whatever they have not committed yet.
+fn daemon_source() -> String {
+    let commit = sh("git rev-parse --short HEAD").unwrap_or_default();
+    let dirty = !sh("git status --porcelain agent bpf").unwrap_or_default().trim().is_empty();
+    format!("{}{}", commit.trim(), if dirty { " with uncommitted changes in agent/ or bpf/" } else { "" })
+}
+
+/// No daemon and the daemon, as far as --modes asks for them.
+fn modes_of(plan: &super::Plan, part: Part) -> Vec<Mode> {
+    let mut m = Vec::new();
+    if plan.modes.contains(&Mode::Default) {
+        m.push(Mode::Default);
+    }
+    if plan.modes.contains(&Mode::Writebehindd(None)) {
+        m.push(part.daemon_mode());
+    }
+    m
+}
+
+/// Others' work on the machine shows here (the lock keeps out only benches
+/// and tests, not builds).
+fn loadavg() -> String {
+    let l = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// The small-file tarball, made once and kept under target/ (generating
+/// 30,000 files takes longer than extracting them).
+fn cached_tarball(files: u32) -> Result<PathBuf> {
+    let path = PathBuf::from(format!("target/bench/cache/small-{files}.tar"));
+    if path.exists() {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(path.parent().unwrap())?;
+    let src = Scratch::new_in("/dev/shm", "cost-tar")?;
+    wb_tests::random_tree(&src.0.join("t"), files, 1024, 16 * 1024, 0x7a5)?;
+    let tmp = path.with_extension("tmp");
+    sh(&format!("tar -cf {} -C {} t", tmp.display(), src.0.display()))?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+/// Runs `cmd` to its end: (wall seconds, CPU seconds of it and the children
+/// it waited for, user + system).  wait4, not Child::wait, for its rusage.
+fn timed(cmd: &mut Command) -> Result<(f64, f64)> {
+    let t = Instant::now();
+    let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn().with_context(|| format!("spawning {cmd:?}"))?;
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) } < 0 {
+        return Err(std::io::Error::last_os_error()).context("wait4");
+    }
+    let wall = t.elapsed().as_secs_f64();
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("{cmd:?} failed (wait status {status:#x})");
+    }
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    Ok((wall, secs(ru.ru_utime) + secs(ru.ru_stime)))
+}
+
+/// One status snapshot of the daemon (refreshed by it every second).
+struct Snapshot {
+    uptime: f64,
+    counters: BTreeMap<String, u64>,
+}
+
+impl Snapshot {
+    fn get(&self, key: &str) -> u64 {
+        self.counters.get(key).copied().unwrap_or(0)
+    }
+
+    /// Events the agent never saw: ring buffer full, closes shed by BPF.
+    fn lost(&self) -> u64 {
+        self.get("ring_buffer_drops") + self.get("closes_shed")
+    }
+}
+
+/// The daemon of a run, seen from outside: /proc and its control socket.
+struct Agent {
+    pid: u32,
+    socket: PathBuf,
+    cpu0: f64,
+    start: Snapshot,
+}
+
+/// What the agent spent on a part.
+struct AgentUse {
+    cpu: f64,
+    rss_mib: f64,
+    events: u64,
+    lost: u64,
+}
+
+impl Agent {
+    /// Counts from now: CPU and counters from here, peak RSS reset (its
+    /// start-up, BPF loading included, is not the workload's).
+    fn watch(d: &Daemon) -> Result<Self> {
+        let pid = d.pid();
+        std::fs::write(format!("/proc/{pid}/clear_refs"), "5").context("resetting VmHWM")?;
+        let start = status(&d.socket())?;
+        Ok(Self { pid, socket: d.socket(), cpu0: cpu_secs(pid)?, start })
+    }
+
+    fn cpu(&self) -> Result<f64> {
+        Ok(cpu_secs(self.pid)? - self.cpu0)
+    }
+
+    /// Waits until the agent is idle (its work can trail the workload's:
+    /// queued events, batches of closed files), then takes its account.
+    fn finish(&self) -> Result<AgentUse> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (mut cpu, mut last) = (self.cpu()?, status(&self.socket)?);
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let (c, now) = (self.cpu()?, status(&self.socket)?);
+            let idle = c - cpu <= 0.011; // at most one 10 ms tick in 300 ms
+            cpu = c;
+            if now.uptime > last.uptime {
+                let done = now.get("events") == last.get("events") && idle;
+                last = now;
+                if done || Instant::now() > deadline {
+                    break;
+                }
+            }
+        }
+        Ok(AgentUse {
+            cpu,
+            rss_mib: status_kib(self.pid, "VmHWM:")? as f64 / 1024.0,
+            events: last.get("events") - self.start.get("events"),
+            lost: last.lost() - self.start.lost(),
+        })
+    }
+}
+
+/// CPU seconds a process has used (utime + stime, all its threads).
+fn cpu_secs(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
+    Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+}
+
+fn status_kib(pid: u32, key: &str) -> Result<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(key)?.trim().trim_end_matches(" kB").parse().ok())
+        .with_context(|| format!("no {key} in /proc/{pid}/status"))
+}
+
+/// `status` on the control socket (the protocol of agent/src/status.rs, v1).
+fn status(socket: &Path) -> Result<Snapshot> {
+    let mut s = UnixStream::connect(socket).with_context(|| format!("connecting {}", socket.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(b"{\"v\":1,\"cmd\":\"status\"}\n")?;
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line)?;
+    let v: serde_json::Value = serde_json::from_str(&line)?;
+    let data = v.get("data").with_context(|| format!("status refused: {line}"))?;
+    Ok(Snapshot {
+        uptime: data["uptime_s"].as_f64().unwrap_or(0.0),
+        counters: serde_json::from_value(data["counters"].clone())?,
+    })
+}
+
+/// The agent's common metrics, appended; its account for derived ones.
+fn agent_metrics(agent: Option<&Agent>, m: &mut Metrics) -> Result<Option<AgentUse>> {
+    let Some(a) = agent else { return Ok(None) };
+    let u = a.finish()?;
+    m.extend([
+        ("agent CPU s", u.cpu),
+        ("agent RSS MiB", u.rss_mib),
+        ("events", u.events as f64),
+        ("lost", u.lost as f64),
+    ]);
+    Ok(Some(u))
+}
+
+fn metric(m: &Metrics, key: &str) -> f64 {
+    m.iter().find(|(k, _)| *k == key).map_or(f64::NAN, |(_, v)| *v)
+}
+
+/// getppid() in a loop: a syscall the daemon has no interest in, which
+/// still passes the syscall tracepoints.
+fn getppid_ns(secs: f64) -> f64 {
+    let (t, mut n) = (Instant::now(), 0u64);
+    while t.elapsed().as_secs_f64() < secs {
+        for _ in 0..10_000 {
+            // SAFETY: no preconditions.
+            std::hint::black_box(unsafe { libc::getppid() });
+        }
+        n += 10_000;
+    }
+    t.elapsed().as_secs_f64() * 1e9 / n as f64
+}
+
+/// A syscall-heavy real program (an fstatat and more per entry, 160,000
+/// entries here), its tree cached by a first run: median seconds.
+fn find_secs(reps: u32) -> Result<f64> {
+    let mut find = Command::new("find");
+    find.args(["/usr", "-xdev"]).stderr(Stdio::null());
+    timed(&mut find)?;
+    let mut t: Vec<f64> = (0..reps).map(|_| timed(&mut find).map(|(wall, _)| wall)).collect::<Result<_>>()?;
+    t.sort_by(|a, b| a.total_cmp(b));
+    Ok(t[t.len() / 2])
+}
+
+fn per_call(ctx: &Ctx, s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
+    let tmpfs = scenarios::overhead_in(Path::new("/dev/shm"), REGION, s.micro_secs)?;
+    let ext4 = scenarios::overhead_in(&ctx.fs.dir, REGION, s.micro_secs)?;
+    let mut m = vec![
+        ("tmpfs ns/write", metric(&tmpfs, "ns/write")),
+        ("ext4 ns/write", metric(&ext4, "ns/write")),
+        ("getppid ns", getppid_ns(s.micro_secs)),
+        ("find /usr s", find_secs(s.find_reps)?),
+    ];
+    agent_metrics(agent, &mut m)?;
+    Ok(m)
+}
+
+/// GNU cp of one big file from tmpfs (read/write across filesystems), synced.
+fn copy(ctx: &Ctx, agent: Option<&Agent>) -> Result<Metrics> {
+    let dst = ctx.clean("cost-copy")?;
+    let (secs, cpu) = timed(Command::new("cp").arg(&ctx.copy_src).arg(&dst))?;
+    let sync = scenarios::timed_sync()?;
+    let mut m = vec![("cp s", secs), ("sync s", sync), ("cp CPU s", cpu)];
+    if let Some(u) = agent_metrics(agent, &mut m)? {
+        // % of a core per 100 MiB/s streamed = CPU seconds per 100 MiB × 100.
+        m.push(("agent %core per 100MiB/s", u.cpu / (ctx.copy_bytes as f64 / (100 * MIB) as f64) * 100.0));
+    }
+    ctx.clean("cost-copy")?;
+    Ok(m)
+}
+
+/// GNU tar x of the small-file tarball, synced.
+fn tar(ctx: &Ctx, agent: Option<&Agent>) -> Result<Metrics> {
+    let dir = ctx.clean("cost-tar")?;
+    std::fs::create_dir_all(&dir)?;
+    let (secs, cpu) = timed(Command::new("tar").arg("-xf").arg(&ctx.tarball).arg("-C").arg(&dir))?;
+    let sync = scenarios::timed_sync()?;
+    let mut m = vec![("tar s", secs), ("sync s", sync), ("tar CPU s", cpu)];
+    if let Some(u) = agent_metrics(agent, &mut m)? {
+        m.push(("agent/tar CPU %", u.cpu / cpu * 100.0));
+    }
+    ctx.clean("cost-tar")?;
+    Ok(m)
+}
+
+/// Closes faster than the agent handles them: the bench's writer makes
+/// small files in a tight loop.  The agent's rate is read from its own
+/// counters, snapshot to snapshot, while it works.
+fn flood(ctx: &Ctx, s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
+    let dir = ctx.clean("cost-flood")?;
+    std::fs::create_dir_all(&dir)?;
+    let stop = AtomicBool::new(false);
+    let (m, snaps) = std::thread::scope(|sc| {
+        let poller = agent.map(|a| sc.spawn(|| poll(&a.socket, &stop)));
+        let m = flood_files(ctx, &dir, s.flood_files, agent);
+        stop.store(true, Ordering::Relaxed);
+        (m, poller.map(|p| p.join().expect("status poller")).unwrap_or_default())
+    });
+    let mut m = m?;
+    if agent.is_some() {
+        m.push(("peak events/s", peak_rate(&snaps)));
+    }
+    ctx.clean("cost-flood")?;
+    Ok(m)
+}
+
+fn flood_files(ctx: &Ctx, dir: &Path, n: u32, agent: Option<&Agent>) -> Result<Metrics> {
+    let mut writer = Command::new(&ctx.xtask);
+    writer.args(["writer", "plain", "files"]).arg(dir).args([n.to_string(), "1024".into()]);
+    let (secs, cpu) = timed(&mut writer)?;
+    scenarios::timed_sync()?;
+    let mut m = vec![("files/s", n as f64 / secs), ("writer CPU s", cpu)];
+    if let Some(u) = agent_metrics(agent, &mut m)? {
+        m.push(("events per agent CPU s", u.events as f64 / u.cpu));
+    }
+    Ok(m)
+}
+
+/// Status snapshots every 250 ms until `stop` (a new one each second).
+fn poll(socket: &Path, stop: &AtomicBool) -> Vec<Snapshot> {
+    let mut snaps: Vec<Snapshot> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        if let Ok(s) = status(socket)
+            && snaps.last().is_none_or(|l| s.uptime > l.uptime)
+        {
+            snaps.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    snaps
+}
+
+/// The highest events/s between consecutive snapshots.
+fn peak_rate(snaps: &[Snapshot]) -> f64 {
+    snaps
+        .windows(2)
+        .map(|w| (w[1].get("events") - w[0].get("events")) as f64 / (w[1].uptime - w[0].uptime))
+        .fold(0.0, f64::max)
+}
+
+/// The bench's many-writer scenario with 1,000 writers.
+fn streams(ctx: &Ctx, s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
+    let mode = if agent.is_some() { Mode::Writebehindd(Some(STREAMS_POLICY)) } else { Mode::Default };
+    let mut m = scenarios::multi(ctx, mode, s.streams)?;
+    agent_metrics(agent, &mut m)?;
+    Ok(m)
+}
+
+/// Issue 18's goals next to the medians.
+fn goals(runs: &[Run], s: &CostSizes) -> String {
+    let def = Mode::Default.name();
+    let wb = Mode::Writebehindd(None).name();
+    let med = |part: Part, mode: &str, metric: &str| report::median(runs, &part.group(s), mode, metric);
+    let mut rows =
+        vec![["goal (issue 18)", "kernel default", "writebehindd", "cost", "met"].map(String::from).to_vec()];
+    let over = |part, metric, what: &str, limit: f64| {
+        let (d, w) = (med(part, &def, metric), med(part, &wb, metric));
+        let pct = d.zip(w).map(|(d, w)| (w / d - 1.0) * 100.0);
+        vec![
+            format!("{what}: <= +{limit} %"),
+            d.map_or("-".into(), report::fmt),
+            w.map_or("-".into(), report::fmt),
+            pct.map_or("-".into(), |p| format!("{p:+.1} %")),
+            verdict(pct.map(|p| p <= limit)),
+        ]
+    };
+    rows.push(over(Part::PerCall, "tmpfs ns/write", "4 KiB write() to tmpfs, ns", 2.0));
+    rows.push(over(Part::PerCall, "ext4 ns/write", "4 KiB write() to ext4, ns", 2.0));
+    rows.push(over(Part::PerCall, "getppid ns", "getppid(), ns", 1.0));
+    rows.push(over(Part::PerCall, "find /usr s", "find /usr -xdev (cached), s", 1.0));
+    let share = |part, metric, what: &str, limit: f64| {
+        let v = med(part, &wb, metric);
+        vec![
+            format!("{what}: <= {limit} %"),
+            String::new(),
+            String::new(),
+            v.map_or("-".into(), |v| format!("{v:.1} %")),
+            verdict(v.map(|v| v <= limit)),
+        ]
+    };
+    rows.push(share(Part::Copy, "agent %core per 100MiB/s", "one big file: agent % of a core per 100 MiB/s", 1.0));
+    rows.push(share(Part::Tar, "agent/tar CPU %", "tar x of small files: agent CPU / tar's CPU", 10.0));
+    let flood = Part::Flood.daemon_mode().name();
+    let (rate, lost) = (med(Part::Flood, &flood, "peak events/s"), med(Part::Flood, &flood, "lost"));
+    rows.push(vec![
+        "closed files: nothing lost at 50,000/s".into(),
+        med(Part::Flood, &def, "files/s").map_or("-".into(), |f| format!("{f:.0} files/s")),
+        med(Part::Flood, &flood, "files/s").map_or("-".into(), |f| format!("{f:.0} files/s")),
+        format!("{} events/s, {} lost", rate.map_or("-".into(), |r| format!("{r:.0}")), lost.unwrap_or(f64::NAN)),
+        match (rate, lost) {
+            (Some(r), Some(l)) if l > 0.0 => verdict(Some(false)) + if r < 50_000.0 { " (below 50k/s)" } else { "" },
+            (Some(r), Some(_)) if r < 50_000.0 => "not reached".into(),
+            (r, l) => verdict(r.zip(l).map(|_| true)),
+        },
+    ]);
+    report::grid("cost: goals, medians", &rows)
+}
+
+fn verdict(met: Option<bool>) -> String {
+    match met {
+        Some(true) => "yes".into(),
+        Some(false) => "MISSED".into(),
+        None => "-".into(),
+    }
+}
