@@ -31,7 +31,7 @@ min–max). Writes results.json and one SVG plot per copy group to --out
              tempfile, overhead, cost (what watching costs, daemon vs none:
              ns per write and per unrelated syscall, agent CPU and RSS for a
              3 GiB cp, tar x of 30,000 files, 1,000 streams, events/s; about
-             8 minutes with --runs 3)
+             9 minutes with 3 runs, 23 s of --smoke)
   modes:     default, global, strict, linus, dontcache, writebehindd, and
              writebehindd:KEY=VALUE+... (policy keys, e.g. window_seconds=0.25)
   --writers  concurrent dd writers in multi (default 1,10,30)
