@@ -116,32 +116,48 @@ pub fn reopen_checked(handle: &OwnedFd, expect: FileId) -> Result<OwnedFd, Error
 /// directory `root` (a mount's root), for filesystems without file
 /// handles.  The path came from BPF, read at close: the file may have been
 /// renamed since and something else put there — a symlink out of the
-/// mount, a FIFO, a device node, another user's file.  So the lookup is
-/// O_PATH (no filesystem's or driver's open is called) and may not leave
-/// `root` by "..", a symlink, a magic link or a mount point crossed on the
-/// way (a FUSE mount on a directory of the stick); the last component is
-/// not followed either (O_NOFOLLOW with O_PATH yields the link itself,
-/// refused as not a regular file).  Then `reopen_checked`.
+/// mount, a FIFO, a device node, another user's file.  So the path is
+/// walked one plain name at a time ("", "." and ".." refused), each step
+/// O_PATH|O_NOFOLLOW (no filesystem's or driver's open is called, no
+/// symlink followed: one on the way fails O_DIRECTORY, the last one is the
+/// link itself, refused as not a regular file), and a directory on another
+/// device (a FUSE mount on a directory of the stick) ends the walk before
+/// anything is looked up in it.  Then `reopen_checked`.
+///
+/// Not openat2(RESOLVE_BENEATH): under Debian 12's systemd 252 the unit's
+/// system-call filter answers it with ENOSYS, named in the filter or not
+/// (measured in the guest: 0 of 16 closed files on exFAT reached).
 pub fn open_beneath(root: &OwnedFd, rel: &CStr, expect: FileId) -> Result<OwnedFd, ErrorKind> {
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-    how.resolve =
-        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_XDEV | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-    let raw = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root.as_raw_fd(),
-            rel.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
+    let names: Vec<&[u8]> = rel.to_bytes().split(|&b| b == b'/').collect();
+    if names.iter().any(|n| n.is_empty() || *n == b"." || *n == b"..") {
+        tracing::debug!(path = ?rel, "not a plain relative path");
+        return Err(ErrorKind::Other);
+    }
+    let (last, dirs) = names.split_last().expect("split gives one name at least");
+    let root_dev = cached_identity(root.as_raw_fd()).map_err(|e| error_kind(&e))?.0.dev;
+    let mut dir: Option<OwnedFd> = None;
+    for name in dirs {
+        let next = path_at(dir.as_ref().unwrap_or(root), name, libc::O_DIRECTORY)?;
+        if cached_identity(next.as_raw_fd()).map_err(|e| error_kind(&e))?.0.dev != root_dev {
+            tracing::debug!(path = ?rel, "a mount point on the way");
+            return Err(ErrorKind::Other);
+        }
+        dir = Some(next);
+    }
+    reopen_checked(&path_at(dir.as_ref().unwrap_or(root), last, 0)?, expect)
+}
+
+/// `name` in `dir`, opened O_PATH|O_NOFOLLOW (plus `flags`).
+fn path_at(dir: &OwnedFd, name: &[u8], flags: i32) -> Result<OwnedFd, ErrorKind> {
+    let cname = CString::new(name).map_err(|_| ErrorKind::Other)?;
+    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC | flags;
+    let raw = unsafe { libc::openat(dir.as_raw_fd(), cname.as_ptr(), flags) };
     if raw < 0 {
         let e = io::Error::last_os_error();
-        tracing::debug!(path = ?rel, error = %e, "not found beneath the mount");
+        tracing::debug!(name = ?cname, error = %e, "not found beneath the mount");
         return Err(error_kind(&e));
     }
-    reopen_checked(&unsafe { OwnedFd::from_raw_fd(raw as RawFd) }, expect)
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// (dev, ino) and file type of an open file, from the inode in memory:
