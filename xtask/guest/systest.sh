@@ -53,14 +53,24 @@ STATE=/var/lib/wb-systest
 # max_ratio_fine is what holds the ceiling).
 knobs() { grep -H . /sys/class/bdi/*/{strict_limit,max_ratio,min_ratio,max_ratio_fine} 2>/dev/null; }
 # The knobs of `expected` (knobs' output) as they read now: a bdi that
-# appeared since (sr0's, 11:0, shows up during the test) is not compared.
+# appeared since (sr0's, 11:0, shows up during the test) is not compared,
+# nor one that is gone (the USB stick pulled out).
 knobs_now() {
     local line
-    while read -r line; do echo "${line%:*}:$(cat "${line%:*}" 2>/dev/null)"; done <<<"$1"
+    while read -r line; do
+        [ -e "${line%:*}" ] || continue
+        echo "${line%:*}:$(cat "${line%:*}" 2>/dev/null)"
+    done <<<"$1"
+}
+# `expected` without the bdis that are gone.
+knobs_still() {
+    local line
+    while read -r line; do [ -e "${line%:*}" ] && echo "$line"; done <<<"$1"
 }
 # Knobs as `expected`, else the difference, in the log.
 knobs_are() {
     local name=$1 expected=$2
+    expected=$(knobs_still "$expected")
     if [ "$(knobs_now "$expected")" = "$expected" ]; then pass "$name"; else
         fail "$name"
         diff <(echo "$expected") <(knobs_now "$expected") | sed 's/^/systest:   /'
