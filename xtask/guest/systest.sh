@@ -178,6 +178,7 @@ check "journal-reload" wait_for 20 logged "policies reloaded"
 # is left alone, `wbctl policy --pid` names the table that applies; a broken
 # drop-in is logged with its file and line, and the policy stays.
 D=/etc/writebehindd/policies.d
+mkdir -p $D # --no-deb: no package made it
 cat >$D/50-systest.toml <<'TOML'
 [[policy]]
 cgroup = "/system.slice/backup.service"

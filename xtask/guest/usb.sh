@@ -25,7 +25,9 @@
 # be dirty.
 MIB=$((1 << 20))
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-id carol >/dev/null 2>&1 || useradd -M -u 1000 carol
+# The desktop user (not uid 1000 by force: systest's own users may hold it).
+id carol >/dev/null 2>&1 || useradd -M carol
+carol=$(id -u carol)
 SRC=/var/tmp/usb-src
 STICK=/mnt/stick
 mkdir -p $STICK
@@ -68,7 +70,7 @@ usb_mkfs() {
 }
 
 usb_mount() {
-    local fs=$1 dev=$2 opts=nosuid,nodev,relatime,uid=1000,gid=1000
+    local fs=$1 dev=$2 opts=nosuid,nodev,relatime,uid=$carol,gid=$(id -g carol)
     case $fs in
     vfat) opts=$opts,shortname=mixed,utf8=1,showexec,flush ;;
     exfat) opts=$opts,iocharset=utf8,errors=remount-ro ;;
