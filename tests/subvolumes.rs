@@ -104,7 +104,7 @@ fn a_closed_file_whose_subvolume_bpf_could_not_read() -> Result<()> {
     let (major, minor) = dev.split_once(':').expect("major:minor");
     let sb_dev = libc::makedev(major.parse()?, minor.parse()?);
     let st = opened.metadata()?;
-    let event = ClosedFile { sb_dev, st_dev: sb_dev, ino: st.ino(), generation, fs_root: 0, path: None };
+    let event = ClosedFile { sb_dev, st_dev: sb_dev, ino: st.ino(), generation, fs_root: 0, fs_magic: 0, path: None };
     let (fd, _) = Handles::default().open(&event).map_err(|e| anyhow::anyhow!("not opened by handle: {e:?}"))?;
     let got = std::fs::File::from(fd).metadata()?;
     assert_eq!((got.dev(), got.ino()), (st.dev(), st.ino()), "another file was opened");

@@ -473,7 +473,7 @@ mod tests {
     use super::*;
 
     fn batch(owner: u64, n: u64) -> Batch {
-        let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: n, generation: 0, fs_root: 0, path: None };
+        let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: n, generation: 0, fs_root: 0, fs_magic: 0, path: None };
         Batch { owner, flushes: vec![Flush { target: Target::Closed(f), start: 0, end: 1 }] }
     }
 

@@ -39,6 +39,12 @@ pub struct ClosedFile {
     pub ino: u64,
     pub generation: u32,
     pub fs_root: u64,
+    /// s_magic: with sb_dev, which filesystem.  A stick swapped for another
+    /// or formatted anew gets the same device number with another
+    /// filesystem (measured in the guest: ntfs3 made where exFAT was
+    /// inherited exFAT's "no handles", and none of its closed files was
+    /// reached).
+    pub fs_magic: u32,
     /// Beneath the mount it was written through; only on filesystems
     /// without file handles (WB_EV_CLOSE_PATH).
     pub path: Option<RelPath>,
@@ -148,11 +154,11 @@ struct Subvol {
     st_dev: u64,
 }
 
-/// Mounts by superblock device, learned on first use; None when a filesystem cannot be
+/// Mounts by superblock device and s_magic, learned on first use; None when a filesystem cannot be
 /// reached by handle (not mounted here, unknown layout): remembered, logged once.
 #[derive(Default)]
 pub struct Handles {
-    mounts: HashMap<u64, Option<Mount>>,
+    mounts: HashMap<(u64, u32), Option<Mount>>,
 }
 
 const MAX_HANDLE_SZ: usize = 128;
@@ -170,12 +176,13 @@ impl Handles {
     pub fn open(&mut self, f: &ClosedFile) -> Result<(OwnedFd, Reached), ErrorKind> {
         // A mount learned earlier whose path now leads elsewhere (unmounted,
         // or mounted over) is learned again, once.
-        if let Some(Some(m)) = self.mounts.get_mut(&f.sb_dev)
+        let key = (f.sb_dev, f.fs_magic);
+        if let Some(Some(m)) = self.mounts.get_mut(&key)
             && !m.points.iter_mut().all(Point::open_root)
         {
-            self.mounts.remove(&f.sb_dev);
+            self.mounts.remove(&key);
         }
-        let mount = self.mounts.entry(f.sb_dev).or_insert_with(|| learn(f.sb_dev));
+        let mount = self.mounts.entry(key).or_insert_with(|| learn(f.sb_dev));
         let Some(mount) = mount else {
             return Err(ErrorKind::NoHandle);
         };
@@ -412,7 +419,7 @@ mod tests {
 
     #[test]
     fn layouts_round_trip() {
-        let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: 4242, generation: 7, fs_root: 5, path: None };
+        let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: 4242, generation: 7, fs_root: 5, fs_magic: 0, path: None };
         for l in [Layout::Ino32Gen, Layout::XfsIno64Gen, Layout::Btrfs] {
             let b = l.encode(&f).unwrap();
             assert_eq!(l.decode_ino(&b), Some(4242), "{l:?}");
@@ -438,7 +445,7 @@ mod tests {
         let mut mount = Mount { layout: None, points: vec![point("a"), point("b")], subvols: Vec::new() };
         assert!(mount.points.iter_mut().all(Point::open_root));
         let path = Some(RelPath::from(c"d/f"));
-        let f = ClosedFile { sb_dev: 0, st_dev: m.dev(), ino: m.ino(), generation: 0, fs_root: 0, path };
+        let f = ClosedFile { sb_dev: 0, st_dev: m.dev(), ino: m.ino(), generation: 0, fs_root: 0, fs_magic: 0, path };
         let got = std::fs::File::from(by_path(&mount, &f).expect("beneath b")).metadata().unwrap();
         assert_eq!(got.ino(), m.ino());
         // No path (too deep for BPF): unreachable, counted as no_handle.

@@ -115,6 +115,7 @@ fn closed_file(key: StreamKey, ev: &wb_event, path: Option<RelPath>) -> ClosedFi
         ino: key.file.ino,
         generation: ev.generation,
         fs_root: ev.fs_root,
+        fs_magic: ev.fs_magic,
         path,
     }
 }

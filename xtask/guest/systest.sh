@@ -300,7 +300,7 @@ else
     systemctl disable --now writebehindd
     rm -f /usr/local/bin/writebehindd /usr/local/bin/wbctl /etc/systemd/system/writebehindd.service
     systemctl daemon-reload
-    rm -rf /run/writebehindd
+    rm -rf /run/writebehindd /etc/writebehindd
 fi
 check "unit-gone" [ "$(systemctl show -p LoadState --value writebehindd)" = not-found ]
 check "no-process" [ -z "$(pgrep -x writebehindd)" ]
