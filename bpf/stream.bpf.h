@@ -424,15 +424,22 @@ static __always_inline bool fill_path(char names[WB_PATH_DEPTH][WB_NAME_LEN], st
  * (WB_EV_CLOSE_PATH).  Checked here, only for closes that are reported. */
 static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, __u64 start, __u64 end)
 {
+	struct super_block *sb = BPF_CORE_READ(file, f_inode, i_sb);
 	struct wb_path_event *pe;
 
-	if (BPF_CORE_READ(file, f_inode, i_sb, s_export_op)) {
+	/* Paths only for filesystems on a block device (major != 0): a network
+	 * filesystem without export operations (CIFS, 9p) would turn each
+	 * close into lookups and an open on its server, from the device's
+	 * flusher thread. */
+	if (BPF_CORE_READ(sb, s_export_op) || !(BPF_CORE_READ(sb, s_dev) >> 20)) {
 		emit(WB_EV_CLOSE, file, fd, ino, start, end);
 		return;
 	}
 	pe = bpf_ringbuf_reserve(&events, sizeof(*pe), 0);
 	if (!pe) {
-		stat_inc(WB_STAT_RB_DROPS);
+		/* No room for the path: the plain close still lets the agent
+		 * go of a file it holds. */
+		emit(WB_EV_CLOSE, file, fd, ino, start, end);
 		return;
 	}
 	if (!fill_path(pe->names, file)) {

@@ -178,7 +178,14 @@ impl Loaded {
             if kernel_at_least(since) {
                 let p: &mut FExit = self.program(prog)?;
                 match p.load(func, btf).and_then(|_| p.attach().map(drop)) {
-                    Ok(()) => loaded.push(prog),
+                    Ok(()) => {
+                        loaded.push(prog);
+                        // Splice writes go through here only, from 6.8:
+                        // sys_exit must not count them too, even if
+                        // vfs_iter_write could not be hooked.
+                        missing &= !WB_SC_SPLICE;
+                        gaps.retain(|g| *g != "vfs_iter_write");
+                    }
                     Err(e) => {
                         tracing::info!(function = func, error = %e, "cannot hook; its syscalls are seen at sys_exit");
                         missing |= WB_SC_SPLICE;
