@@ -240,8 +240,8 @@ fn by_path(mount: &Mount, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
     let rel = f.path.as_ref().ok_or(ErrorKind::NoHandle)?;
     let expect = sys::FileId { dev: f.st_dev, ino: f.ino };
     let mut err = ErrorKind::NoHandle;
-    for root in mount.points.iter().filter_map(|p| p.root.as_ref()) {
-        match sys::open_beneath(root, rel, expect) {
+    for (root, root_dev) in mount.points.iter().filter_map(|p| Some((p.root.as_ref()?, p.root_dev))) {
+        match sys::open_beneath(root, root_dev, rel, expect) {
             Ok(file) => return Ok(file),
             Err(e) => err = e,
         }
