@@ -55,6 +55,13 @@ pub fn pidfd_exited(pidfd: &OwnedFd) -> bool {
     unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }
 
+/// Whether process `pid` still exists (a zombie does, until reaped).
+pub fn process_exists(pid: u32) -> bool {
+    // Signal 0 checks only: EPERM means it exists and is not ours.
+    let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0;
+    alive || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// Opens, read-only, the file that process `pid` has open as `fd`, and
 /// returns it only if it is the regular file `expect`.  Nothing else is
 /// opened, not even for a moment.
