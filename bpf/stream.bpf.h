@@ -272,17 +272,34 @@ static __always_inline bool proc_streaming(struct wb_policy *pol, __u64 bytes)
 }
 
 /*
- * Fills `facts` for files write-behind may act on.  Excluded (seeds 001, 004):
+ * Fill `facts` for files write-behind may act on.  Excluded (seeds 001, 004):
  * not a regular file, O_DIRECT, O_SYNC/O_DSYNC, POSIX_FADV_RANDOM (those
  * writers manage their own writeback), and files on a bdi without writeback
- * (tmpfs, ramfs: nothing to write back to).
+ * (tmpfs, ramfs: nothing to write back to).  A page dirtied through a
+ * mapping or io_uring has no file at hand: only its inode is checked.
  */
+static __always_inline bool inode_eligible(struct inode *inode, struct file_facts *facts)
+{
+	struct super_block *sb;
+	char iblk[72];
+	umode_t imode;
+
+	facts->inode = inode;
+	if (bpf_probe_read_kernel(iblk, sizeof(iblk), inode))
+		return false;
+	imode = BLK_FIELD(iblk, inode, struct inode, i_mode);
+	if ((imode & S_IFMT) != S_IFREG)
+		return false;
+	facts->ino = BLK_FIELD(iblk, inode, struct inode, i_ino);
+	sb = BLK_FIELD(iblk, inode, struct inode, i_sb);
+	facts->sb = sb;
+	return BPF_CORE_READ(sb, s_bdi, capabilities) & BDI_CAP_WRITEBACK;
+}
+
 static __always_inline bool file_eligible(struct file *file, struct file_facts *facts)
 {
-	char fblk[128], iblk[72];
+	char fblk[128];
 	unsigned int fmode, flags;
-	struct super_block *sb;
-	umode_t imode;
 
 	if (bpf_probe_read_kernel(fblk, sizeof(fblk), file))
 		return false;
@@ -292,17 +309,8 @@ static __always_inline bool file_eligible(struct file *file, struct file_facts *
 		return false;
 	if (flags & (O_DIRECT | O_DSYNC | __O_SYNC))
 		return false;
-	facts->inode = BLK_FIELD(fblk, file, struct file, f_inode);
 	facts->f_pos = BLK_FIELD(fblk, file, struct file, f_pos);
-	if (bpf_probe_read_kernel(iblk, sizeof(iblk), facts->inode))
-		return false;
-	imode = BLK_FIELD(iblk, facts->inode, struct inode, i_mode);
-	if ((imode & S_IFMT) != S_IFREG)
-		return false;
-	facts->ino = BLK_FIELD(iblk, facts->inode, struct inode, i_ino);
-	sb = BLK_FIELD(iblk, facts->inode, struct inode, i_sb);
-	facts->sb = sb;
-	return BPF_CORE_READ(sb, s_bdi, capabilities) & BDI_CAP_WRITEBACK;
+	return inode_eligible(BLK_FIELD(fblk, file, struct file, f_inode), facts);
 }
 
 /* A local copy of the pointer: a CO-RE chain must start at a kernel type,
@@ -345,16 +353,15 @@ static __always_inline struct btrfs_inode *btrfs_inode_of(struct inode *inode, _
 }
 
 /* Everything an event says of the writer, the file and its device. */
-static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct file *file, __s32 fd,
+static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct inode *inode, __s32 fd,
 				       __u64 ino, __u64 start, __u64 end)
 {
-	struct inode *inode = BPF_CORE_READ(file, f_inode);
 	struct backing_dev_info *bdi;
 	struct btrfs_inode *bi;
 
 	e->kind = kind;
 	e->tgid = bpf_get_current_pid_tgid() >> 32;
-	e->fd = fd < 0 && kind == WB_EV_SPAN ? current_fd_of(file) : fd;
+	e->fd = fd;
 	e->generation = BPF_CORE_READ(inode, i_generation);
 	e->fs_magic = BPF_CORE_READ(inode, i_sb, s_magic);
 	e->sb_dev = BPF_CORE_READ(inode, i_sb, s_dev);
@@ -376,8 +383,10 @@ static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct fi
 			     BPF_CORE_READ(bdi, wb.stat[1].count);	/* WB_WRITEBACK */
 }
 
-static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
-				 __u64 ino, __u64 start, __u64 end)
+/* An event about inode; fd -1 when the writer's descriptor is not known
+ * (the agent then reaches the inode by handle). */
+static __always_inline void emit_inode(__u32 kind, struct inode *inode, __s32 fd,
+				       __u64 ino, __u64 start, __u64 end)
 {
 	struct wb_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 
@@ -385,8 +394,18 @@ static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
 		stat_inc(WB_STAT_RB_DROPS);
 		return;
 	}
-	fill_event(e, kind, file, fd, ino, start, end);
+	fill_event(e, kind, inode, fd, ino, start, end);
 	bpf_ringbuf_submit(e, 0);
+}
+
+/* An event about file: a span names the writer's descriptor, looked up if
+ * the hook did not see one. */
+static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
+				 __u64 ino, __u64 start, __u64 end)
+{
+	if (fd < 0 && kind == WB_EV_SPAN)
+		fd = current_fd_of(file);
+	emit_inode(kind, BPF_CORE_READ(file, f_inode), fd, ino, start, end);
 }
 
 /* The names from file's dentry up to the root of the mount it was opened
@@ -449,45 +468,45 @@ static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, _
 		emit(WB_EV_CLOSE, file, fd, ino, start, end);
 		return;
 	}
-	fill_event(&pe->ev, WB_EV_CLOSE_PATH, file, fd, ino, start, end);
+	fill_event(&pe->ev, WB_EV_CLOSE_PATH, BPF_CORE_READ(file, f_inode), fd, ino, start, end);
 	bpf_ringbuf_submit(pe, 0);
 }
 
+/* A page dirtied this far past a mapped stream's end still continues it:
+ * the dirtied folio may be large, and only its first page is counted. */
+#define DIRTY_GAP (2ULL << 20)
+
 /*
- * A write of `len` bytes to file (through fd) completed, at `pos`, or for
- * writes at the file position (pos < 0) ending at f_pos.  Sequential writes
- * extend the stream; anything else restarts it at this write, so random
- * writers never accumulate a window and never cause a flush.  Each window
- * of sequential data is counted for the process; once the process streams,
- * everything unflushed before the write position goes to the agent.
+ * The stream logic of one write to [start, end) of an eligible file, by key:
+ * sequential writes extend the stream; anything else restarts it at this
+ * write, so random writers never accumulate a window and never cause a
+ * flush.  Each window of sequential data is counted for the process; once
+ * the process streams, everything unflushed before the write position goes
+ * to the agent.  `file` is NULL for pages dirtied through a mapping or
+ * io_uring (stream_dirtied): the agent reaches those by handle.
  */
-static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos, __u64 len)
+static __always_inline void stream_advance(__u64 key, struct file_facts *facts, __u64 start, __u64 end,
+					   struct file *file, __s32 fd)
 {
-	__u64 key = (__u64)file, start, end;
-	struct file_facts facts;
-	struct wb_config *cfg;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct wb_config *cfg = wb_cfg();
 	struct wb_policy *pol;
 	struct file_stream *s;
 
-	if (!file || !len || !file_eligible(file, &facts))
-		return;
-	cfg = wb_cfg();
 	if (!cfg)
 		return;
-	end = pos < 0 ? facts.f_pos : pos + len;
-	start = end - len;
-
 	s = bpf_map_lookup_elem(&streams, &key);
-	if (!s || s->ino != facts.ino) {
-		/* Not BPF_CORE_READ(facts.sb, ...): the access chain would then
+	/* A mapped stream is the inode's: another process dirtying it starts over. */
+	if (!s || s->ino != facts->ino || (!file && s->tgid != tgid)) {
+		/* Not BPF_CORE_READ(facts->sb, ...): the access chain would then
 		 * start at our own struct, which the kernel's BTF does not know. */
-		struct super_block *sb = facts.sb;
+		struct super_block *sb = facts->sb;
 		struct file_stream fresh = {
-			.ino = facts.ino,
+			.ino = facts->ino,
 			.head = start,
 			.mark = start,
 			.pos = end,
-			.tgid = bpf_get_current_pid_tgid() >> 32,
+			.tgid = tgid,
 			.sb_dev = BPF_CORE_READ(sb, s_dev),
 		};
 
@@ -502,7 +521,18 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 	}
 	if (s->mode == WB_MODE_OFF)
 		return;
-	if (start != s->pos || (s->mode == WB_MODE_APPEND && end != inode_size(facts.inode))) {
+	if (!file) {
+		/* A page before the end dirtied again (stored to after its
+		 * writeback, or a header rewritten) neither extends nor
+		 * restarts a mapped stream. */
+		if (start < s->pos)
+			return;
+		if (start - s->pos > DIRTY_GAP) {
+			s->head = s->mark = start;
+			s->pos = end;
+			return;
+		}
+	} else if (start != s->pos || (s->mode == WB_MODE_APPEND && end != inode_size(facts->inode))) {
 		/* Not contiguous: the stream restarts here, and what was
 		 * written before it is left to the kernel. */
 		s->head = s->mark = start;
@@ -520,9 +550,39 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 		return;
 	}
 	s->mark = end;
-	emit(WB_EV_SPAN, file, fd, facts.ino, s->head, end);
+	if (file)
+		emit(WB_EV_SPAN, file, fd, facts->ino, s->head, end);
+	else
+		emit_inode(WB_EV_SPAN, facts->inode, -1, facts->ino, s->head, end);
 	s->head = end;
 	s->spans++;
+}
+
+/* A write of `len` bytes to file (through fd) completed, at `pos`, or for
+ * writes at the file position (pos < 0) ending at f_pos. */
+static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos, __u64 len)
+{
+	struct file_facts facts;
+	__u64 end;
+
+	if (!file || !len || !file_eligible(file, &facts))
+		return;
+	end = pos < 0 ? facts.f_pos : pos + len;
+	stream_advance((__u64)file, &facts, end - len, end, file, fd);
+}
+
+/* A page of the inode behind mapping, at byte `start`, became dirty in the
+ * current process, and no write hook saw it: a store through a shared
+ * mapping, or an io_uring or AIO write.  Its stream is keyed by the mapping
+ * (never a struct file's address) and ends with no close: the agent lets
+ * go of it when the writer has exited. */
+static __always_inline void stream_dirtied(struct address_space *mapping, __u64 start)
+{
+	struct file_facts facts;
+
+	if (!inode_eligible(BPF_CORE_READ(mapping, host), &facts))
+		return;
+	stream_advance((__u64)mapping, &facts, start, start + 4096, NULL, -1);
 }
 
 /* fd is going away in the current process: a streaming process's tail goes

@@ -75,31 +75,35 @@ static __always_inline void wrote(__s32 fd, __s64 pos, long ret)
 	stream_write(task_fd_file(task, fd), fd, pos, ret);
 }
 
+/* The class of write syscall nr is, or 0 for any other syscall. */
+static __always_inline __u32 write_class(long nr)
+{
+	switch (nr) {
+	case NR_write:
+	case NR_pwrite64:
+		return WB_SC_WRITE;
+	case NR_writev:
+	case NR_pwritev:
+	case NR_pwritev2:
+		return WB_SC_VECTORED;
+	case NR_sendfile:
+	case NR_copy_file_range:
+	case NR_splice:
+		return WB_SC_SPLICE;
+	default:
+		return 0;
+	}
+}
+
 /* Whether this hook reports syscall nr: a write syscall of a class in
  * wb_config.sys_exit_writes (all of them unless fentry covers some). */
 static __always_inline bool sys_exit_reports(long nr)
 {
+	__u32 class = write_class(nr);
 	struct wb_config *cfg;
-	__u32 class;
 
-	switch (nr) {
-	case NR_write:
-	case NR_pwrite64:
-		class = WB_SC_WRITE;
-		break;
-	case NR_writev:
-	case NR_pwritev:
-	case NR_pwritev2:
-		class = WB_SC_VECTORED;
-		break;
-	case NR_sendfile:
-	case NR_copy_file_range:
-	case NR_splice:
-		class = WB_SC_SPLICE;
-		break;
-	default:
+	if (!class)
 		return false;	/* not a write: no map lookup on this path */
-	}
 	cfg = wb_cfg();
 	return cfg && (cfg->sys_exit_writes & class);
 }
@@ -234,9 +238,44 @@ int BPF_PROG(wb_process_exit, struct task_struct *task)
 	return 0;
 }
 
-/* ---- fentry backend ---- */
-
 #define PF_KTHREAD 0x00200000	/* include/linux/sched.h */
+
+/*
+ * A page cache folio became dirty, in the dirtying task.  Write syscalls
+ * are seen by the write hooks of either backend (the fentry functions are
+ * the ones those syscalls go through); this sees the writers they miss:
+ * stores through a shared mapping (the fault that dirties the page), and
+ * io_uring and AIO writes, which call ->write_iter themselves (inline in
+ * the submitter, or in its io-wq workers: the same process).  O_DIRECT
+ * dirties no page; RWF_DONTCACHE's pages are dropbehind.  Kernel threads
+ * (loop workers, nfsd) write on their own account, and ia32 tasks' syscall
+ * numbers mean other syscalls: both skipped.
+ */
+SEC("tp_btf/writeback_dirty_folio")
+int BPF_PROG(wb_dirty_folio, struct folio *folio, struct address_space *mapping)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs;
+	unsigned long flags;
+
+	if (!mapping || (task->flags & PF_KTHREAD) || (task->thread_info.status & TS_COMPAT))
+		return 0;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (write_class(BPF_CORE_READ(regs, orig_ax)))
+		return 0;
+	if (bpf_core_enum_value_exists(enum pageflags, PG_dropbehind)) {
+		/* flags is the folio's first word on every kernel (a struct
+		 * around it from 6.17). */
+		if (bpf_probe_read_kernel(&flags, sizeof(flags), folio))
+			return 0;
+		if (flags & (1UL << bpf_core_enum_value(enum pageflags, PG_dropbehind)))
+			return 0;
+	}
+	stream_dirtied(mapping, (__u64)BPF_CORE_READ(folio, index) << 12);
+	return 0;
+}
+
+/* ---- fentry backend ---- */
 
 /* A vfs write returned: *pos (when the file has a position) is the end of
  * what it wrote; f_pos is only updated after vfs_write returns.  Kernel

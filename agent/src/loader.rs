@@ -28,6 +28,9 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 
 /// Process exit: both backends.
 const PROCESS_EXIT: (&str, &str) = ("wb_process_exit", "sched_process_exit");
+/// Pages dirtied where no write hook looks (mmap stores, io_uring, AIO):
+/// both backends, where the kernel has the tracepoint (5.17+; optional).
+const DIRTY_FOLIO: (&str, &str) = ("wb_dirty_folio", "writeback_dirty_folio");
 /// Writes at every syscall exit: the tracepoint backend, and the fentry
 /// backend's stand-in for write functions it cannot hook.
 const SYS_EXIT: (&str, &str) = ("wb_sys_exit", "sys_exit");
@@ -79,7 +82,8 @@ pub struct Loaded {
     ebpf: Ebpf,
     _tracefs: TracefsMount,
     /// What is attached, for logs and `wbctl status`: "fentry",
-    /// "tracepoint", or "fentry+sys_exit(vfs_writev)" where a function was missing.
+    /// "tracepoint", or "fentry+sys_exit(vfs_writev)" where a function was
+    /// missing; "+dirty" where pages dirtied by mmap stores and io_uring are seen.
     pub backend: String,
 }
 
@@ -150,6 +154,12 @@ impl Loaded {
             let p: &mut BtfTracePoint = me.program(prog)?;
             p.load(tp, &btf).with_context(|| format!("loading {prog}"))?;
             p.attach().with_context(|| format!("attaching {prog} to tp_btf/{tp} (needs CONFIG_DEBUG_INFO_BTF)"))?;
+        }
+        let (prog, tp) = DIRTY_FOLIO;
+        let p: &mut BtfTracePoint = me.program(prog)?;
+        match p.load(tp, &btf).and_then(|_| p.attach().map(drop)) {
+            Ok(()) => me.backend += "+dirty",
+            Err(e) => tracing::info!(error = %e, "no {tp} tracepoint: writers through mmap and io_uring are not seen"),
         }
         Ok(me)
     }
