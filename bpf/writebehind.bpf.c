@@ -261,7 +261,7 @@ int BPF_PROG(wb_dirty_folio, struct folio *folio, struct address_space *mapping)
 	if (!mapping || (task->flags & PF_KTHREAD) || (task->thread_info.status & TS_COMPAT))
 		return 0;
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	if (write_class(BPF_CORE_READ(regs, orig_ax)))
+	if (write_class(regs->orig_ax))
 		return 0;
 	if (bpf_core_enum_value_exists(enum pageflags, PG_dropbehind)) {
 		/* flags is the folio's first word on every kernel (a struct

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 use super::{Scratch, bin_dir};
 
@@ -152,6 +152,20 @@ impl Daemon {
     /// The daemon's control socket.
     pub fn socket(&self) -> PathBuf {
         self._scratch.0.join("control.sock")
+    }
+
+    /// A counter as `wbctl status` shows it now ("counters: key=N ...").
+    pub fn counter(&self, key: &str) -> Result<u64> {
+        let out = std::process::Command::new(bin_dir().join("wbctl"))
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("status")
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .filter_map(|l| l.strip_prefix("counters:"))
+            .find_map(|l| log_field(l, key)?.parse().ok())
+            .with_context(|| format!("no {key} in wbctl status:\n{text}"))
     }
 
     /// SIGTERM, without waiting for the daemon to exit (`stop` waits).

@@ -43,6 +43,7 @@ const PER_BACKEND: &[(&str, &str, bool)] = &[
     ("multi_file", "tar_x_of_20000_files_is_held", false),
     ("reliability", "files_changed_under_a_stream_are_never_confused", false),
     ("lifecycle", "", true),
+    ("mmap_and_io_uring", "mapped_and_io_uring_writes_are_seen", true),
 ];
 /// --quick runs PER_BACKEND's quick ones on fentry only: the differential
 /// test below covers the tracepoint backend on this kernel too.

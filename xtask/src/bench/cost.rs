@@ -393,16 +393,61 @@ fn find_secs(reps: u32) -> Result<f64> {
 }
 
 fn per_call(ctx: &Ctx, s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
-    let tmpfs = scenarios::overhead_in(Path::new("/dev/shm"), REGION, s.micro_secs)?;
-    let ext4 = scenarios::overhead_in(&ctx.fs.dir, REGION, s.micro_secs)?;
+    let tmpfs = scenarios::overhead_in(Path::new("/dev/shm"), REGION, s.micro_secs, false)?;
+    let ext4 = scenarios::overhead_in(&ctx.fs.dir, REGION, s.micro_secs, false)?;
+    let fresh = scenarios::overhead_in(&ctx.fs.dir, REGION, s.micro_secs, true)?;
     let mut m = vec![
         ("tmpfs ns/write", metric(&tmpfs, "ns/write")),
         ("ext4 ns/write", metric(&ext4, "ns/write")),
+        ("ext4 fresh ns/write", metric(&fresh, "ns/write")),
         ("getppid ns", getppid_ns(s.micro_secs)),
         ("find /usr s", find_secs(s.find_reps)?),
     ];
+    if agent.is_some() {
+        hook_ns(ctx, s, &mut m)?;
+    }
     agent_metrics(agent, &mut m)?;
     Ok(m)
+}
+
+/// The hooks the per-call loops run, and their metrics.
+const HOOKS: [(&str, &str); 3] = [
+    ("wb_sys_exit", "sys_exit hook ns/run"),
+    ("wb_dirty_folio", "dirty_folio hook ns/run"),
+    ("wb_vfs_write", "vfs_write hook ns/run"),
+];
+
+/// Each hook's own time per run, from the kernel's BPF run-time statistics
+/// while the loops run again: the program alone, without the syscall slow
+/// path or the dispatch to it (the per-call rows above include those).
+/// kernel.bpf_stats_enabled is on only for this: it adds two clock reads
+/// per run.
+fn hook_ns(ctx: &Ctx, s: &CostSizes, m: &mut Metrics) -> Result<()> {
+    let stats = || -> Result<BTreeMap<String, (f64, f64)>> {
+        let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("running bpftool")?;
+        let progs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).context("bpftool -j prog show")?;
+        Ok(progs
+            .iter()
+            .filter_map(|p| {
+                // Absent until the program has run with statistics on.
+                let n = |k: &str| p.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+                Some((p.get("name")?.as_str()?.to_owned(), (n("run_time_ns"), n("run_cnt"))))
+            })
+            .collect())
+    };
+    let _on = wb_tests::Knob::set("/proc/sys/kernel/bpf_stats_enabled", "1")?;
+    let before = stats()?;
+    scenarios::overhead_in(&ctx.fs.dir, REGION, s.micro_secs, true)?;
+    getppid_ns(s.micro_secs);
+    let after = stats()?;
+    for (prog, metric) in HOOKS {
+        if let (Some(b), Some(a)) = (before.get(prog), after.get(prog))
+            && a.1 > b.1
+        {
+            m.push((metric, (a.0 - b.0) / (a.1 - b.1)));
+        }
+    }
+    Ok(())
 }
 
 /// GNU cp of one big file from tmpfs (read/write across filesystems), synced.
@@ -516,6 +561,7 @@ fn goals(runs: &[Run], s: &CostSizes) -> String {
     };
     rows.push(over(Part::PerCall, "tmpfs ns/write", "4 KiB write() to tmpfs, ns", 2.0));
     rows.push(over(Part::PerCall, "ext4 ns/write", "4 KiB write() to ext4, ns", 2.0));
+    rows.push(over(Part::PerCall, "ext4 fresh ns/write", "4 KiB write() dirtying a page (ext4), ns", 2.0));
     rows.push(over(Part::PerCall, "getppid ns", "getppid(), ns", 1.0));
     rows.push(over(Part::PerCall, "find /usr s", "find /usr -xdev (cached), s", 1.0));
     let share = |part, metric, what: &str, limit: f64| {

@@ -235,13 +235,16 @@ pub fn tempfile(ctx: &Ctx, mode: Mode) -> Result<Metrics> {
 
 /// The hook's cost: 4 KiB write()s to tmpfs, where there is nothing to flush.
 pub fn overhead(secs: f64) -> Result<Metrics> {
-    overhead_in(Path::new("/dev/shm"), 4096, secs)
+    overhead_in(Path::new("/dev/shm"), 4096, secs, false)
 }
 
-/// 4 KiB write()s into `dir`, `region` of them over and
-/// over the same bytes (rewound), so that the page cache does not grow and,
-/// below the smallest window (2 MiB), the daemon has nothing to flush.
-pub fn overhead_in(dir: &Path, region: u64, secs: f64) -> Result<Metrics> {
+/// 4 KiB write()s into `dir`, `region` of them over and over the same
+/// bytes (rewound), so that the page cache does not grow and, below the
+/// smallest window (2 MiB), the daemon has nothing to flush.  `fresh`: the
+/// file is emptied instead of rewound, so that every write dirties a page
+/// of its own (what the dirtied-page hook sees; over the same bytes the
+/// pages stay dirty and it never runs).
+pub fn overhead_in(dir: &Path, region: u64, secs: f64, fresh: bool) -> Result<Metrics> {
     use std::io::{Seek, Write};
     let path = dir.join(format!("wb-overhead-{}", std::process::id()));
     let mut f = std::fs::File::create(&path)?;
@@ -252,6 +255,9 @@ pub fn overhead_in(dir: &Path, region: u64, secs: f64) -> Result<Metrics> {
             f.write_all(&block)?;
         }
         n += region;
+        if fresh {
+            f.set_len(0)?;
+        }
         f.rewind()?;
     }
     let secs = t.elapsed().as_secs_f64();
