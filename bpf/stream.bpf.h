@@ -526,12 +526,13 @@ static __always_inline void stream_advance(__u64 key, struct file_stream *s, str
 	if (s->mode == WB_MODE_OFF)
 		return;
 	if (!file) {
-		/* A page before the end dirtied again (stored to after its
-		 * writeback, or a header rewritten) neither extends nor
-		 * restarts a mapped stream. */
-		if (start < s->pos)
+		/* A page just before the end dirtied again (stored to after
+		 * its writeback) neither extends nor restarts a mapped stream;
+		 * one further back (a rewrite from the start, a header) or
+		 * further ahead restarts it. */
+		if (start < s->pos && start + DIRTY_GAP >= s->pos)
 			return;
-		if (start - s->pos > DIRTY_GAP) {
+		if (start < s->pos || start - s->pos > DIRTY_GAP) {
 			s->head = s->mark = start;
 			s->pos = end;
 			return;
@@ -567,7 +568,7 @@ static __always_inline void stream_advance(__u64 key, struct file_stream *s, str
 static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos, __u64 len)
 {
 	__u64 key = (__u64)file, end;
-	struct file_facts facts;
+	struct file_facts facts = {};
 	struct file_stream *s;
 
 	if (!file || !len || !file_writable(file, &facts))
@@ -575,7 +576,10 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 	s = bpf_map_lookup_elem(&streams, &key);
 	/* A file with a stream had its inode checked when the stream started:
 	 * checked again only for another inode (the struct file's address
-	 * reused).  Three reads fewer per write (bench: hook ns per run). */
+	 * reused).  Three reads fewer per write (bench: hook ns per run).  A
+	 * stale entry (its close unseen) whose struct file and inode addresses
+	 * were both reused keeps its old ino: the agent's identity check
+	 * refuses its spans, and the LRU ages it out. */
 	if (s && s->inode == (__u64)facts.inode)
 		facts.ino = s->ino;
 	else if (!inode_eligible(facts.inode, &facts))
@@ -592,7 +596,7 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 static __always_inline void stream_dirtied(struct address_space *mapping, __u64 start)
 {
 	__u64 key = (__u64)mapping;
-	struct file_facts facts;
+	struct file_facts facts = {};
 	struct file_stream *s;
 
 	if (!inode_eligible(BPF_CORE_READ(mapping, host), &facts))

@@ -238,7 +238,8 @@ int BPF_PROG(wb_process_exit, struct task_struct *task)
 	return 0;
 }
 
-#define PF_KTHREAD 0x00200000	/* include/linux/sched.h */
+#define PF_IO_WORKER 0x00000010	/* include/linux/sched.h */
+#define PF_KTHREAD 0x00200000
 
 /*
  * A page cache folio became dirty, in the dirtying task.  Write syscalls
@@ -247,9 +248,12 @@ int BPF_PROG(wb_process_exit, struct task_struct *task)
  * stores through a shared mapping (the fault that dirties the page), and
  * io_uring and AIO writes, which call ->write_iter themselves (inline in
  * the submitter, or in its io-wq workers: the same process).  O_DIRECT
- * dirties no page; RWF_DONTCACHE's pages are dropbehind.  Kernel threads
- * (loop workers, nfsd) write on their own account, and ia32 tasks' syscall
- * numbers mean other syscalls: both skipped.
+ * dirties no page; RWF_DONTCACHE's pages are dropbehind.  Skipped: kernel
+ * threads (loop workers, nfsd), which write on their own account, and
+ * pages dirtied inside an ia32 syscall, whose numbers mean other syscalls.
+ * An io-wq worker is never inside a syscall, but its registers are a copy
+ * of the task that created it, often from a write() (the worker is made
+ * from task_work on its way out): its orig_ax means nothing.
  */
 SEC("tp_btf/writeback_dirty_folio")
 int BPF_PROG(wb_dirty_folio, struct folio *folio, struct address_space *mapping)
@@ -261,7 +265,7 @@ int BPF_PROG(wb_dirty_folio, struct folio *folio, struct address_space *mapping)
 	if (!mapping || (task->flags & PF_KTHREAD) || (task->thread_info.status & TS_COMPAT))
 		return 0;
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	if (write_class(regs->orig_ax))
+	if (!(task->flags & PF_IO_WORKER) && write_class(regs->orig_ax))
 		return 0;
 	if (bpf_core_enum_value_exists(enum pageflags, PG_dropbehind)) {
 		/* flags is the folio's first word on every kernel (a struct

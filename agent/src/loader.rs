@@ -159,7 +159,9 @@ impl Loaded {
         let p: &mut BtfTracePoint = me.program(prog)?;
         match p.load(tp, &btf).and_then(|_| p.attach().map(drop)) {
             Ok(()) => me.backend += "+dirty",
-            Err(e) => tracing::info!(error = %e, "no {tp} tracepoint: writers through mmap and io_uring are not seen"),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "cannot hook {tp}: writers through mmap and io_uring are not seen")
+            }
         }
         Ok(me)
     }

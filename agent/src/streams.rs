@@ -77,7 +77,9 @@ struct Pending {
     since: Instant,
 }
 
-/// A process whose closed files are being flushed (tar x, cp -r, rsync).
+/// A process whose closed files are being flushed (tar x, cp -r, rsync), or
+/// whose windows are reached by handle (mmap stores, io_uring): `files`
+/// counts both.
 struct Writer {
     comm: String,
     bdi: String,
@@ -180,6 +182,13 @@ impl StreamTable {
     /// false when the span was handled otherwise (by handle) or dropped.
     /// Nothing here opens the file: the device's flusher thread does.
     fn start(&mut self, key: StreamKey, ev: &wb_event, dev: &Arc<crate::devices::DeviceShared>) -> bool {
+        // fd -1: no descriptor to reach the file through (the fentry
+        // backend found none; pages dirtied through a mapping or io_uring).
+        // Nothing is held: no cap applies.
+        if ev.fd < 0 {
+            self.by_handle(key, ev, dev);
+            return false;
+        }
         if let Err(why) = self.room_for(ev.uid) {
             self.counters.error(ErrorKind::OverCap);
             if !std::mem::replace(&mut self.over_cap_logged, true) {
@@ -187,16 +196,12 @@ impl StreamTable {
             }
             return false;
         }
-        // fd -1: the fentry backend found no descriptor for the file.
-        let pidfd =
-            if ev.fd < 0 { Err(ErrorKind::FileGone) } else { sys::pidfd_open(key.tgid).map_err(sys::pidfd_error) };
-        let pidfd = match pidfd {
+        let pidfd = match sys::pidfd_open(key.tgid).map_err(sys::pidfd_error) {
             Ok(pidfd) => pidfd,
-            Err(ErrorKind::FileGone | ErrorKind::ProcessGone) => {
+            Err(ErrorKind::ProcessGone) => {
                 // The writer moved on before the agent got there: reach the
                 // inode by handle.
-                let job = flush_of(ev, Target::Closed(closed_file(key, ev, None)));
-                self.flushers.submit(&ev.bdi(), dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
+                self.by_handle(key, ev, dev);
                 return false;
             }
             Err(kind) => {
@@ -255,13 +260,7 @@ impl StreamTable {
             return;
         }
         let now = Instant::now();
-        let w = self.writers.entry(key.tgid).or_insert_with(|| {
-            tracing::info!(pid = key.tgid, comm = %printable(&ev.comm()), bdi = %ev.bdi(), "multi-file writer started");
-            Writer { comm: ev.comm(), bdi: ev.bdi(), files: 0, bytes: 0, started: now, last: now }
-        });
-        w.files += 1;
-        w.bytes += tail;
-        w.last = now;
+        self.note_writer(key.tgid, ev, tail, now);
         let job = flush_of(ev, Target::Closed(closed_file(key, ev, path)));
         let slot = (ev.bdi(), key.tgid);
         let p = self.pending.entry(slot.clone()).or_insert_with(|| Pending {
@@ -275,6 +274,25 @@ impl StreamTable {
             let p = self.pending.remove(&slot).expect("just used");
             self.flushers.submit(&slot.0, &dev, p.batch);
         }
+    }
+
+    /// A span whose file is reached by handle, at once.  Its writer counts
+    /// as one on the device (for its dirty budget) like a multi-file writer,
+    /// until it exits or stops.
+    fn by_handle(&mut self, key: StreamKey, ev: &wb_event, dev: &Arc<crate::devices::DeviceShared>) {
+        self.note_writer(key.tgid, ev, ev.end - ev.start, Instant::now());
+        let job = flush_of(ev, Target::Closed(closed_file(key, ev, None)));
+        self.flushers.submit(&ev.bdi(), dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
+    }
+
+    fn note_writer(&mut self, tgid: u32, ev: &wb_event, bytes: u64, now: Instant) {
+        let w = self.writers.entry(tgid).or_insert_with(|| {
+            tracing::info!(pid = tgid, comm = %printable(&ev.comm()), bdi = %ev.bdi(), "multi-file writer started");
+            Writer { comm: ev.comm(), bdi: ev.bdi(), files: 0, bytes: 0, started: now, last: now }
+        });
+        w.files += 1;
+        w.bytes += bytes;
+        w.last = now;
     }
 
     /// Submits batches that waited long enough; reports idle writers;
