@@ -110,9 +110,11 @@ fn mapped_and_io_uring_writes_are_seen() -> Result<()> {
     for (engine, extra) in [("mmap", ""), ("io_uring", "--iodepth=8 --direct=1"), ("io_uring", "--iodepth=8")] {
         let extra = format!("{size} {extra}");
         lay_out(&fs, engine, &extra)?;
-        let before = settled(&daemon)?;
+        let (before, closed) = (settled(&daemon)?, daemon.counter("closed_files_flushed")?);
         sh(&fio_command(&fs, engine, &extra))?;
         spans.push(settled(&daemon)? - before);
+        // Windows reached by handle are not closed files (wbctl status).
+        assert_eq!(daemon.counter("closed_files_flushed")?, closed, "{engine} {extra}");
     }
     let log = daemon.stop()?;
     println!("  {mib} MiB: spans flushed for mmap, io_uring O_DIRECT, io_uring buffered: {spans:?}");

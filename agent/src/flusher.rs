@@ -119,6 +119,9 @@ pub enum Target {
     Held(Arc<StreamFile>),
     /// A file its writer already closed: opened by handle (or path) when flushed.
     Closed(ClosedFile),
+    /// A window of a file no descriptor reaches (pages dirtied through a
+    /// mapping or io_uring): opened like a closed file, not counted as one.
+    Window(ClosedFile),
 }
 
 /// Start writeback of [start, end) of a file.
@@ -376,8 +379,9 @@ impl Submitter {
         let mut last = None;
         for job in batch.flushes {
             let file = match &job.target {
-                Target::Held(stream) => stream.open(&self.counters).or_else(|| self.reach(&stream.closed())),
-                Target::Closed(closed) => self.reach(closed),
+                Target::Held(stream) => stream.open(&self.counters).or_else(|| self.reach(&stream.closed(), true)),
+                Target::Closed(closed) => self.reach(closed, true),
+                Target::Window(file) => self.reach(file, false),
             };
             let Some(file) = file else { continue };
             let id = || crate::sys::cached_identity(file.as_raw_fd()).map(|(f, _)| (f.dev, f.ino)).unwrap_or_default();
@@ -422,10 +426,12 @@ impl Submitter {
 
     /// A closed file (or a stream's file its writer moved away from),
     /// opened by handle, or by path where there are no handles.
-    fn reach(&mut self, closed: &ClosedFile) -> Option<Arc<OwnedFd>> {
+    fn reach(&mut self, closed: &ClosedFile, count: bool) -> Option<Arc<OwnedFd>> {
         match self.handles.open(closed) {
             Ok((file, how)) => {
-                self.counters.add(&self.counters.closed_files_flushed, 1);
+                if count {
+                    self.counters.add(&self.counters.closed_files_flushed, 1);
+                }
                 if how == Reached::ByPath {
                     self.counters.add(&self.counters.closed_files_by_path, 1);
                 }
@@ -480,7 +486,7 @@ mod tests {
     fn inos(v: Vec<Batch>) -> Vec<u64> {
         v.iter()
             .map(|b| match &b.flushes[0].target {
-                Target::Closed(f) => f.ino,
+                Target::Closed(f) | Target::Window(f) => f.ino,
                 Target::Held(_) => unreachable!(),
             })
             .collect()

@@ -281,7 +281,7 @@ impl StreamTable {
     /// until it exits or stops.
     fn by_handle(&mut self, key: StreamKey, ev: &wb_event, dev: &Arc<crate::devices::DeviceShared>) {
         self.note_writer(key.tgid, ev, ev.end - ev.start, Instant::now());
-        let job = flush_of(ev, Target::Closed(closed_file(key, ev, None)));
+        let job = flush_of(ev, Target::Window(closed_file(key, ev, None)));
         self.flushers.submit(&ev.bdi(), dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
     }
 
