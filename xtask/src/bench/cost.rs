@@ -429,7 +429,7 @@ enum Loop {
 /// while each loop runs again: the program alone, without the syscall slow
 /// path or the dispatch to it (the per-call rows above include those).
 /// kernel.bpf_stats_enabled is on only for this: it adds two clock reads
-/// per run (most of the 48 ns the sys_exit hook reads per getppid, for
+/// per run (most of the ~50 ns the sys_exit hook reads per getppid, for
 /// which it only compares the syscall number).
 fn hook_ns(ctx: &Ctx, s: &CostSizes, m: &mut Metrics) -> Result<()> {
     let stats = || -> Result<BTreeMap<String, (f64, f64)>> {
