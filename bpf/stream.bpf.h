@@ -525,21 +525,15 @@ static __always_inline void stream_advance(__u64 key, struct file_stream *s, str
 	}
 	if (s->mode == WB_MODE_OFF)
 		return;
-	if (!file) {
-		/* A page just before the end dirtied again (stored to after
-		 * its writeback) neither extends nor restarts a mapped stream;
-		 * one further back (a rewrite from the start, a header) or
-		 * further ahead restarts it. */
-		if (start < s->pos && start + DIRTY_GAP >= s->pos)
-			return;
-		if (start < s->pos || start - s->pos > DIRTY_GAP) {
-			s->head = s->mark = start;
-			s->pos = end;
-			return;
-		}
-	} else if (start != s->pos || (s->mode == WB_MODE_APPEND && end != inode_size(facts->inode))) {
-		/* Not contiguous: the stream restarts here, and what was
-		 * written before it is left to the kernel. */
+	/* A page just before a mapped stream's end dirtied again (stored to
+	 * after its writeback) neither extends nor restarts it. */
+	if (!file && start < s->pos && start + DIRTY_GAP >= s->pos)
+		return;
+	/* Not contiguous (for a mapped stream: further back, a rewrite from
+	 * the start or a header, or more than DIRTY_GAP ahead): the stream
+	 * restarts here, and what was written before it is left to the kernel. */
+	if (file ? start != s->pos || (s->mode == WB_MODE_APPEND && end != inode_size(facts->inode))
+		 : start < s->pos || start - s->pos > DIRTY_GAP) {
 		s->head = s->mark = start;
 		s->pos = end;
 		return;
