@@ -12,7 +12,7 @@ use anyhow::{Result, bail};
 use wb_tests::*;
 
 fn wbctl(d: &Daemon, args: &[&str]) -> Result<(bool, String)> {
-    let out = Command::new(bin_dir().join("wbctl")).arg("--socket").arg(d.socket()).args(args).output()?;
+    let out = d.wbctl().args(args).output()?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     Ok((out.status.success(), text))
 }
@@ -240,14 +240,13 @@ fn hostile_process_names_are_printed_escaped() -> Result<()> {
     let mut writer = as_nobody("/usr/bin/python3").args(["-c", &script]).arg(&file).spawn()?;
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     let text = loop {
-        let out = Command::new(bin_dir().join("wbctl")).arg("--socket").arg(d.socket()).arg("status").output()?;
+        let out = d.wbctl().arg("status").output()?;
         if out.stdout.windows(3).any(|w| w == b"pwn") || std::time::Instant::now() > deadline {
             break out.stdout;
         }
         std::thread::sleep(Duration::from_millis(300));
     };
-    let json =
-        Command::new(bin_dir().join("wbctl")).arg("--socket").arg(d.socket()).args(["--json", "streams"]).output()?;
+    let json = d.wbctl().args(["--json", "streams"]).output()?;
     writer.kill()?;
     writer.wait()?;
     d.stop()?;

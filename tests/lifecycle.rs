@@ -118,7 +118,7 @@ fn workload(fs: &Mounted, daemon: &mut Daemon, pid: u32) -> Result<()> {
                   f.close()\n\
                   for i in range(40):\n    open(sys.argv[1] + '/small%d' % i, 'wb').write(bytes(2 << 20))\n";
     run(as_nobody("/usr/bin/python3").args(["-c", script]).arg(&private))?;
-    run(Command::new(bin_dir().join("wbctl")).arg("--socket").arg(daemon.socket()).arg("status"))?;
+    run(daemon.wbctl().arg("status"))?;
     unsafe { libc::kill(pid as i32, libc::SIGHUP) };
     daemon.wait_log("policies reloaded", Duration::from_secs(10))?;
     std::thread::sleep(Duration::from_millis(500));

@@ -154,13 +154,16 @@ impl Daemon {
         self._scratch.0.join("control.sock")
     }
 
+    /// `wbctl` talking to this daemon's control socket.
+    pub fn wbctl(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(bin_dir().join("wbctl"));
+        c.arg("--socket").arg(self.socket());
+        c
+    }
+
     /// A counter as `wbctl status` shows it now ("counters: key=N ...").
     pub fn counter(&self, key: &str) -> Result<u64> {
-        let out = std::process::Command::new(bin_dir().join("wbctl"))
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("status")
-            .output()?;
+        let out = self.wbctl().arg("status").output()?;
         let text = String::from_utf8_lossy(&out.stdout);
         text.lines()
             .filter_map(|l| l.strip_prefix("counters:"))
