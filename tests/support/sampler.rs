@@ -1,4 +1,4 @@
-//! Samples one device's dirty and writeback pages every 100 ms.
+//! Samples one device's dirty and writeback pages every 100 ms (or as asked).
 //!
 //! debugfs bdi/<maj:min>/stats counts that device alone (BdiReclaimable is
 //! its dirty, BdiWriteback its writeback); /proc/meminfo would count every
@@ -68,6 +68,11 @@ pub struct Sampler {
 
 impl Sampler {
     pub fn start(bdi: &str) -> Result<Self> {
+        Self::every(bdi, Duration::from_millis(100))
+    }
+
+    /// Sampling every `interval` (a burst of a few tens of ms needs 10 ms).
+    pub fn every(bdi: &str, interval: Duration) -> Result<Self> {
         let debugfs = Debugfs::ensure()?;
         bdi_dirty_writeback(bdi)?; // fail now, not silently in the thread
         let stop = Arc::new(AtomicBool::new(false));
@@ -78,7 +83,7 @@ impl Sampler {
                 if let Ok((dirty, writeback)) = bdi_dirty_writeback(&bdi) {
                     series.push(Sample { t: start.elapsed().as_secs_f64(), dirty, writeback });
                 }
-                thread::sleep(Duration::from_millis(100));
+                thread::sleep(interval);
             }
             series
         });

@@ -20,7 +20,7 @@ use scenarios::{Ctx, Sizes};
 const USAGE: &str = "\
 usage: cargo xtask bench [--quick | --smoke] [--only SCENARIOS] [--modes MODES]
                          [--fs FSTYPES] [--rates MIBPS] [--writers N,...]
-                         [--runs N] [--out DIR]
+                         [--parts PARTS] [--runs N] [--out DIR]
 
 Runs each scenario once per mode and run, on a loop device whose writes are
 capped by the root blkio cgroup, and prints a table per scenario (median and
@@ -34,6 +34,7 @@ min–max). Writes results.json and one SVG plot per copy group to --out
              9 minutes with 3 runs, 23 s of --smoke)
   modes:     default, global, strict, linus, dontcache, writebehindd, and
              writebehindd:KEY=VALUE+... (policy keys, e.g. window_seconds=0.25)
+  --parts    cost's parts: per-call, copy, tar, flood, streams (default all)
   --writers  concurrent dd writers in multi (default 1,10,30)
   --quick    ext4 at 100 MiB/s, 1 run, reduced sizes (about 6 minutes)
   --smoke    tiny sizes: checks the harness itself (about 2 minutes; run by CI)
@@ -51,6 +52,8 @@ struct Plan {
     /// copy files at the slow rate (fewer, to bound the run time)
     slow_copy_files: u32,
     cost: cost::CostSizes,
+    /// cost's parts to run (--parts)
+    cost_parts: Vec<String>,
 }
 
 const SCENARIOS: [&str; 7] = ["copy", "tar", "multi", "overwrite", "tempfile", "overhead", "cost"];
@@ -80,6 +83,7 @@ fn parse(args: &[String]) -> Result<Plan> {
         out: PathBuf::from(format!("target/bench/{stamp}")),
         slow_copy_files: 32,
         cost: cost::CostSizes::full(),
+        cost_parts: cost::PARTS.iter().map(|p| p.to_string()).collect(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -125,6 +129,7 @@ fn parse(args: &[String]) -> Result<Plan> {
                 plan.cost = cost::CostSizes::smoke();
             }
             "--only" => plan.scenarios = val()?.split(',').map(str::to_owned).collect(),
+            "--parts" => plan.cost_parts = val()?.split(',').map(str::to_owned).collect(),
             "--modes" => {
                 plan.modes = val()?
                     .split(',')
@@ -146,6 +151,11 @@ fn parse(args: &[String]) -> Result<Plan> {
     for s in &plan.scenarios {
         if !SCENARIOS.contains(&s.as_str()) {
             bail!("unknown scenario {s:?}\n{USAGE}");
+        }
+    }
+    for p in &plan.cost_parts {
+        if !cost::PARTS.contains(&p.as_str()) {
+            bail!("unknown part of cost {p:?}\n{USAGE}");
         }
     }
     Ok(plan)
