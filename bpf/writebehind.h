@@ -116,6 +116,10 @@ struct wb_policy {
 struct wb_device {
 	__u64 bw;          /* write bandwidth estimate, bytes per second */
 	__u64 floor;       /* the smallest useful window: one maximal request */
+	__u64 batch_closes; /* nonzero: closes of files that never crossed a
+	                     * window need not wake the agent (it holds the
+	                     * device's dirty cap, or cannot pace the device:
+	                     * no pacing to start at the first close) */
 };
 
 /* Which write syscalls the tracepoint backend's sys_exit hook reports: all

@@ -123,7 +123,9 @@ fn streaming_held(fstypes: &[&str], src: &Source, dst: &str, work: &str, bound: 
         let daemon = Daemon::start_with_policy(POLICY)?;
         let held = run_on(&fs, src, dst, work)?;
         let log = daemon.stop()?;
-        println!("    closed files the daemon flushed: {}", stopped_counter(&log, "closed_files_flushed"));
+        let (flushed, left) =
+            (stopped_counter(&log, "closed_files_flushed"), stopped_counter(&log, "closed_files_left"));
+        println!("    closed files the daemon flushed: {flushed}, left to the kernel (paced): {left}");
         check(&fs, src, dst)?;
         assert!(
             held.dirty < bound,

@@ -15,6 +15,8 @@
 
 use std::time::Duration;
 
+use crate::devices::Active;
+
 /// The kernel's initial estimate (INIT_BW in mm/page-writeback.c: 100 MB/s).
 pub const KERNEL_INIT_BW: u64 = 100 << 20;
 /// Samples after which the kernel's estimate (smoothed over ~3 s) has had
@@ -147,15 +149,18 @@ impl Sizing {
 }
 
 /// The dirty budget for pacing: `dirty_seconds` of bandwidth, but room for
-/// every active stream's open window plus what is in flight, and while
-/// streams share the device, `stream_dirty` for each.  Why the last: under
+/// every windowed writer's open window plus what is in flight (two windows
+/// when none is: the kernel's flusher starts at half the cap), and while
+/// writers share the device, `stream_dirty` for each.  Why the last: under
 /// pacing the kernel's flusher writes most of the data (it starts at half
 /// the cap, the writers are throttled only above three quarters), one
 /// file's dirty pages after another's, and on ext4 and btrfs a file's
 /// extents are as long as what is written of it at once.
-pub fn dirty_budget(bw: u64, dirty_seconds: f64, stream_dirty: u64, window: u64, streams: u64) -> u64 {
+pub fn dirty_budget(bw: u64, dirty_seconds: f64, stream_dirty: u64, window: u64, active: Active) -> u64 {
     let by_time = (bw as f64 * dirty_seconds) as u64;
-    let by_windows = window.saturating_mul(2 * streams.max(1) + 2);
+    let windows = if active.windowed > 0 { 2 * active.windowed + 2 } else { 2 };
+    let by_windows = window.saturating_mul(windows);
+    let streams = active.writers;
     let by_streams = if streams >= 2 { stream_dirty.saturating_mul(streams) } else { 0 };
     round_pages(by_time.max(by_windows).max(by_streams))
 }
@@ -275,16 +280,31 @@ mod tests {
         assert_eq!(z.window(3 * MIB + 7, 0) % 4096, 0);
     }
 
+    fn streams(n: u64) -> Active {
+        Active { writers: n, windowed: n }
+    }
+
     #[test]
     fn budget_leaves_room_for_every_stream() {
-        assert_eq!(dirty_budget(100 * MIB, 1.0, 0, 8 * MIB, 1), 100 * MIB);
-        assert_eq!(dirty_budget(100 * MIB, 1.0, 0, 8 * MIB, 30), 8 * MIB * 62);
+        assert_eq!(dirty_budget(100 * MIB, 1.0, 0, 8 * MIB, streams(1)), 100 * MIB);
+        assert_eq!(dirty_budget(100 * MIB, 1.0, 0, 8 * MIB, streams(30)), 8 * MIB * 62);
     }
 
     #[test]
     fn budget_gives_shared_devices_room_per_stream() {
         // One stream (cp -r writes one file at a time): no share; ten: 32 MiB each.
-        assert_eq!(dirty_budget(100 * MIB, 0.1, 32 * MIB, 3 * MIB, 1), 12 * MIB);
-        assert_eq!(dirty_budget(100 * MIB, 0.1, 32 * MIB, 3 * MIB, 10), 320 * MIB);
+        assert_eq!(dirty_budget(100 * MIB, 0.1, 32 * MIB, 3 * MIB, streams(1)), 12 * MIB);
+        assert_eq!(dirty_budget(100 * MIB, 0.1, 32 * MIB, 3 * MIB, streams(10)), 320 * MIB);
+    }
+
+    #[test]
+    fn budget_keeps_no_window_room_for_files_left_to_the_kernel() {
+        // tar x alone: dirty_seconds, at least two windows.
+        let tar = Active { writers: 1, windowed: 0 };
+        assert_eq!(dirty_budget(100 * MIB, 0.1, 32 * MIB, 3 * MIB, tar), 10 * MIB);
+        assert_eq!(dirty_budget(30 * MIB, 0.1, 32 * MIB, 2 * MIB, tar), 4 * MIB);
+        // Beside a stream, each still has its share.
+        let both = Active { writers: 2, windowed: 1 };
+        assert_eq!(dirty_budget(100 * MIB, 0.1, 32 * MIB, 3 * MIB, both), 64 * MIB);
     }
 }

@@ -64,6 +64,8 @@ pub struct Counters {
     pub closed_files_flushed: AtomicU64,
     /// Of those, the ones looked up by path (filesystems without file handles).
     pub closed_files_by_path: AtomicU64,
+    /// Closed files left to the kernel's flusher: their device was paced.
+    pub closed_files_left: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
 }
 
@@ -93,6 +95,7 @@ impl Counters {
             ("bytes_flushed", &self.bytes_flushed),
             ("closed_files_flushed", &self.closed_files_flushed),
             ("closed_files_by_path", &self.closed_files_by_path),
+            ("closed_files_left", &self.closed_files_left),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))

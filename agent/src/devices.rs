@@ -27,6 +27,18 @@ const LINGER: Duration = Duration::from_secs(2);
 /// The budget is rewritten only when it moved by more than this fraction.
 const BUDGET_SLACK: f64 = 0.1;
 
+/// Who writes to a device now.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Active {
+    /// Files being streamed, and multi-file writers not streaming a file
+    /// there (cp -r writing one big file is one writer, not two).
+    pub writers: u64,
+    /// Of those, the ones whose windows the agent flushes: not a multi-file
+    /// writer of small files, whose closed files a paced device leaves to
+    /// the kernel's flusher.
+    pub windowed: u64,
+}
+
 /// What a device's flusher thread and the intake task share.
 pub struct DeviceShared {
     est: Mutex<Estimator>,
@@ -74,13 +86,23 @@ struct Device {
     sb_devs: HashSet<u32>,
     /// One maximal request of the device, the floor of its window.
     max_request: u64,
-    /// The bandwidth BPF was last told.
+    /// Closes of small files need not wake the agent (wb_device).
+    batch_closes: bool,
+    /// What BPF was last told.
     pushed_bw: u64,
+    pushed_batch: bool,
     last_event: Instant,
     /// Dirty + writeback bytes of the device at its latest event.
     dirty: u64,
     /// The dirty cap the agent set, 0 when not pacing.
     budget: u64,
+}
+
+impl Device {
+    /// What BPF knows of the device (for each of its superblocks).
+    fn entry(&self, bw: u64) -> wb_device {
+        wb_device { bw, floor: self.max_request, batch_closes: self.batch_closes as u64 }
+    }
 }
 
 pub struct Devices {
@@ -136,7 +158,9 @@ impl Devices {
                 }),
                 sb_devs: HashSet::new(),
                 max_request,
+                batch_closes: false,
                 pushed_bw: 0,
+                pushed_batch: false,
                 last_event: Instant::now(),
                 dirty: 0,
                 budget: 0,
@@ -149,14 +173,13 @@ impl Devices {
         if dev.sb_devs.insert(ev.sb_dev)
             && let Some(m) = &mut self.map
         {
-            let bw = dev.shared.bandwidth();
-            let _ = m.insert(ev.sb_dev, wb_device { bw, floor: dev.max_request }, 0);
+            let _ = m.insert(ev.sb_dev, dev.entry(dev.shared.bandwidth()), 0);
         }
         let shared = dev.shared.clone();
         if unpaced && self.policy.pacing {
             // A writer faster than the device piles up ~100 MiB per 100 ms
             // tick: start pacing now, not at the next tick.
-            self.tick_one(&bdi, 1);
+            self.tick_one(&bdi, Active { writers: 1, windowed: 1 });
         }
         shared
     }
@@ -171,19 +194,23 @@ impl Devices {
         self.devs.get(bdi).map_or_else(|| self.initial_window(), |d| d.shared.window())
     }
 
+    /// Whether the agent holds the device's dirty cap now.
+    pub fn paced(&self, bdi: &str) -> bool {
+        self.devs.get(bdi).is_some_and(|d| d.budget != 0)
+    }
+
     /// Resizes windows from the latest estimates and paces the devices with
-    /// active streaming writers.  `active`: streams and multi-file writers
-    /// per device.
-    pub fn tick(&mut self, active: &HashMap<String, u64>, on_battery: bool) {
+    /// active streaming writers.
+    pub fn tick(&mut self, active: &HashMap<String, Active>, on_battery: bool) {
         self.on_battery = on_battery;
         let bdis: Vec<String> = self.devs.keys().cloned().collect();
         for bdi in bdis {
-            let streams = active.get(&bdi).copied().unwrap_or(0);
-            self.tick_one(&bdi, streams);
+            let a = active.get(&bdi).copied().unwrap_or_default();
+            self.tick_one(&bdi, a);
         }
     }
 
-    fn tick_one(&mut self, bdi: &str, streams: u64) {
+    fn tick_one(&mut self, bdi: &str, active: Active) {
         let sizing = self.sizing();
         let pacing = self.policy.pacing && !(self.on_battery && self.policy.on_battery == OnBattery::Off);
         let fixed = self.initial_window();
@@ -198,21 +225,15 @@ impl Devices {
         // root policy's window here sizes batches and the dirty budget.
         let window = sizing.map_or(fixed, |z| z.window(bw, dev.max_request));
         dev.shared.window.store(window, Relaxed);
-        if bw.abs_diff(dev.pushed_bw) * 20 > dev.pushed_bw
-            && let Some(m) = &mut self.map
-        {
-            for sb in &dev.sb_devs {
-                let _ = m.insert(*sb, wb_device { bw, floor: dev.max_request }, 0);
-            }
-            dev.pushed_bw = bw;
-            tracing::debug!(bdi, bw, window, "bandwidth estimate updated");
-        }
-        let busy = streams > 0 || dev.last_event.elapsed() < LINGER;
+        let busy = active.writers > 0 || dev.last_event.elapsed() < LINGER;
         if pacing && busy {
+            // Between two writers (LINGER) the budget stays as it was:
+            // nobody needs a new one (and a stick pulled mid-copy is gone).
+            let lingering = active.writers == 0 && dev.budget != 0;
             let dirty_seconds = sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds);
-            let budget = bandwidth::dirty_budget(bw, dirty_seconds, stream_dirty, window, streams);
+            let budget = bandwidth::dirty_budget(bw, dirty_seconds, stream_dirty, window, active);
             let moved = (budget as f64 - dev.budget as f64).abs() > BUDGET_SLACK * dev.budget as f64;
-            if dev.budget == 0 || moved {
+            if dev.budget == 0 || (moved && !lingering) {
                 dev.budget = match self.pacer.pace(bdi, budget) {
                     Ok(true) => budget,
                     Ok(false) => 0,
@@ -225,6 +246,19 @@ impl Devices {
         } else if dev.budget != 0 || self.pacer.is_paced(bdi) {
             self.pacer.release(bdi);
             dev.budget = 0;
+        }
+        // Paced, or never to be: no close needs the agent at once.
+        dev.batch_closes = dev.budget != 0 || !pacing || !self.pacer.available(bdi);
+        let batch = dev.batch_closes;
+        if (bw.abs_diff(dev.pushed_bw) * 20 > dev.pushed_bw || batch != dev.pushed_batch)
+            && let Some(m) = &mut self.map
+        {
+            let entry = dev.entry(bw);
+            for sb in &dev.sb_devs {
+                let _ = m.insert(*sb, entry, 0);
+            }
+            (dev.pushed_bw, dev.pushed_batch) = (bw, batch);
+            tracing::debug!(bdi, bw, window, batch, "device updated for BPF");
         }
     }
 

@@ -11,7 +11,7 @@ use std::{
 use crate::{
     abi::{EventKind, RelPath, wb_event},
     counters::{Counters, ErrorKind},
-    devices::Devices,
+    devices::{Active, Devices},
     flusher::{Batch, Flush, Flushers, StreamFile, Target},
     handles::ClosedFile,
     status::printable,
@@ -87,6 +87,9 @@ struct Writer {
     bytes: u64,
     started: Instant,
     last: Instant,
+    /// Some of its files are reached by handle a window at a time (mmap,
+    /// io_uring): the agent flushes those whether the device is paced or not.
+    windowed: bool,
 }
 
 pub struct StreamTable {
@@ -261,6 +264,10 @@ impl StreamTable {
         }
         let now = Instant::now();
         self.note_writer(key.tgid, ev, tail, now);
+        if self.devices.paced(&ev.bdi()) {
+            self.counters.add(&self.counters.closed_files_left, 1);
+            return;
+        }
         let job = flush_of(ev, Target::Closed(closed_file(key, ev, path)));
         let slot = (ev.bdi(), key.tgid);
         let p = self.pending.entry(slot.clone()).or_insert_with(|| Pending {
@@ -280,19 +287,21 @@ impl StreamTable {
     /// as one on the device (for its dirty budget) like a multi-file writer,
     /// until it exits or stops.
     fn by_handle(&mut self, key: StreamKey, ev: &wb_event, dev: &Arc<crate::devices::DeviceShared>) {
-        self.note_writer(key.tgid, ev, ev.end - ev.start, Instant::now());
+        self.note_writer(key.tgid, ev, ev.end - ev.start, Instant::now()).windowed = true;
         let job = flush_of(ev, Target::Window(closed_file(key, ev, None)));
         self.flushers.submit(&ev.bdi(), dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
     }
 
-    fn note_writer(&mut self, tgid: u32, ev: &wb_event, bytes: u64, now: Instant) {
+    fn note_writer(&mut self, tgid: u32, ev: &wb_event, bytes: u64, now: Instant) -> &mut Writer {
         let w = self.writers.entry(tgid).or_insert_with(|| {
             tracing::info!(pid = tgid, comm = %printable(&ev.comm()), bdi = %ev.bdi(), "multi-file writer started");
-            Writer { comm: ev.comm(), bdi: ev.bdi(), files: 0, bytes: 0, started: now, last: now }
+            let (comm, bdi) = (ev.comm(), ev.bdi());
+            Writer { comm, bdi, files: 0, bytes: 0, started: now, last: now, windowed: false }
         });
         w.files += 1;
         w.bytes += bytes;
         w.last = now;
+        w
     }
 
     /// Submits batches that waited long enough; reports idle writers;
@@ -326,19 +335,21 @@ impl StreamTable {
         // Concurrent streams per device: each file being streamed, and each
         // multi-file writer not streaming a file there already (cp -r
         // writing one big file is one stream, not two).
-        let mut active: HashMap<String, u64> = HashMap::new();
+        let mut active: HashMap<String, Active> = HashMap::new();
         let mut streaming: HashSet<(&str, u32)> = HashSet::new();
         // A stream that has not written for `quiet` no longer counts: a
         // writer that keeps its file open and stops must not keep the
         // device (and every other writer of it) paced.
         let quiet = self.devices.quiet();
         for (key, s) in self.streams.iter().filter(|(_, s)| s.writing(now, quiet)) {
-            *active.entry(s.bdi.clone()).or_default() += 1;
+            let a = active.entry(s.bdi.clone()).or_default();
+            (a.writers, a.windowed) = (a.writers + 1, a.windowed + 1);
             streaming.insert((&s.bdi, key.tgid));
         }
         for (pid, w) in &self.writers {
             if !streaming.contains(&(w.bdi.as_str(), *pid)) {
-                *active.entry(w.bdi.clone()).or_default() += 1;
+                let a = active.entry(w.bdi.clone()).or_default();
+                (a.writers, a.windowed) = (a.writers + 1, a.windowed + w.windowed as u64);
             }
         }
         self.devices.tick(&active, on_battery);
