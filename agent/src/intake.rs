@@ -51,7 +51,12 @@ pub async fn run(
                 drain(guard.get_inner_mut(), table);
                 guard.clear_ready();
             }
-            _ = batch_tick.tick() => table.tick(cgroups.on_battery()),
+            _ = batch_tick.tick() => {
+                // Closes that never crossed a window do not wake the
+                // agent (see wakeup() in stream.bpf.h): they are read here.
+                drain(events.get_mut(), table);
+                table.tick(cgroups.on_battery());
+            }
             Some(_) = ctl.commands.recv() => apply_reload(table, cgroups, &reload),
             _ = hup.recv() => apply_reload(table, cgroups, &reload),
             _ = tick.tick() => {
