@@ -202,6 +202,7 @@ fn works_in_the_units_namespace() -> Result<()> {
         let log = bounded(&caps, UNITS_NAMESPACE, PACED)?.map_err(anyhow::Error::msg)?;
         assert!(log.contains("pacing on") && log.contains("bdi limits restored"), "no pacing:\n{log}");
         assert!(stopped_counter(&log, "closed_files_left") >= 1, "closed files not left to the kernel:\n{log}");
+        assert!(log.lines().any(|l| l.contains("stopping") && l.contains("errors=[]")), "paced:\n{log}");
         no_warnings(&log);
     }
     Ok(())

@@ -255,3 +255,39 @@ fn a_finished_copy_no_longer_counts_as_a_writer() -> Result<()> {
     assert!(most <= 32 * MIB, "the finished copy still counted as a writer: max_bytes up to {most}:\n{log}");
     Ok(())
 }
+
+/// On a paced device a writer's small closed files are left to the kernel's
+/// flusher, which the cap keeps writing only down to about half the
+/// budget.  Once the device is released nothing is over any threshold and
+/// the rest would wait for dirty_expire (30 s) after the copy looked done:
+/// the agent writes back the writer's latest files when it ends.
+#[test]
+fn files_left_to_the_kernel_are_written_when_their_writer_ends() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::throttled(256, 40 * MIB)?, "ext4")?;
+    let bdi = fs.bdi()?;
+    let src = Scratch::new_in("/dev/shm", "left-files")?;
+    random_tree(&src.0.join("t"), 2000, 4096, 32 * 1024, 7)?;
+    // Dirty on the device 4 s after the copy (the 2 s linger and more).
+    let dirty_after = |dst: &str| -> Result<u64> {
+        sh(&format!("cp -r {} {}", src.0.join("t").display(), fs.path(dst).display()))?;
+        let sampler = Sampler::start(&bdi)?;
+        std::thread::sleep(Duration::from_secs(4));
+        Ok(sampler.series().last().map_or(0, |s| s.dirty))
+    };
+    let default = dirty_after("default")?;
+    sh("sync")?;
+    let daemon = Daemon::start_with_policy("burst = \"1MiB\"\n")?;
+    let held = dirty_after("daemon")?;
+    let log = daemon.stop()?;
+    let left = stopped_counter(&log, "closed_files_left");
+    println!(
+        "  dirty 4 s after cp -r of 2000 files: {} KiB without the daemon, {} KiB with it ({left} files left to the kernel)",
+        default / 1024,
+        held / 1024
+    );
+    assert!(left > 0, "no file was left to the kernel:\n{log}");
+    assert!(default > 8 * MIB, "without the daemon only {default} bytes stayed dirty: the test shows nothing");
+    assert!(held < MIB, "{held} bytes still dirty 4 s after the copy:\n{log}");
+    Ok(())
+}

@@ -194,9 +194,9 @@ impl Devices {
         self.devs.get(bdi).map_or_else(|| self.initial_window(), |d| d.shared.window())
     }
 
-    /// Whether the agent holds the device's dirty cap now.
-    pub fn paced(&self, bdi: &str) -> bool {
-        self.devs.get(bdi).is_some_and(|d| d.budget != 0)
+    /// The dirty cap the agent holds on the device now; 0 when not pacing.
+    pub fn budget(&self, bdi: &str) -> u64 {
+        self.devs.get(bdi).map_or(0, |d| d.budget)
     }
 
     /// Resizes windows from the latest estimates and paces the devices with
@@ -248,7 +248,7 @@ impl Devices {
             dev.budget = 0;
         }
         // Paced, or never to be: no close needs the agent at once.
-        dev.batch_closes = dev.budget != 0 || !pacing || !self.pacer.available(bdi);
+        dev.batch_closes = dev.budget != 0 || !pacing || !self.pacer.available(bdi) || self.pacer.stepped_aside(bdi);
         let batch = dev.batch_closes;
         if (bw.abs_diff(dev.pushed_bw) * 20 > dev.pushed_bw || batch != dev.pushed_batch)
             && let Some(m) = &mut self.map

@@ -102,6 +102,11 @@ impl Pacer {
         self.recovered
     }
 
+    /// Someone else changed the device's knobs: it is not paced again.
+    pub fn stepped_aside(&self, bdi: &str) -> bool {
+        self.hands_off.contains(bdi)
+    }
+
     pub fn is_paced(&self, bdi: &str) -> bool {
         self.paced.contains_key(bdi)
     }

@@ -3,7 +3,7 @@
 //! Owned by the intake task alone, so it needs no lock.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, VecDeque},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -22,6 +22,11 @@ use crate::{
 /// this many files, or has waited BATCH_AGE.
 const BATCH_FILES: usize = 1024;
 pub const BATCH_AGE: Duration = Duration::from_millis(100);
+/// At most this many of a writer's files left to the kernel are remembered
+/// (a flood of tiny files must not grow the agent): the older ones of a
+/// run of files smaller than budget / LEFT_FILES may stay dirty for up to
+/// dirty_expire after the writer ends.
+const LEFT_FILES: usize = 4096;
 /// However slow its windows, a stream stops counting as writing after this.
 const IDLE_MAX: Duration = Duration::from_secs(30);
 /// A multi-file writer with no closed file for this long is reported ended
@@ -77,6 +82,17 @@ struct Pending {
     since: Instant,
 }
 
+/// The latest closed files of one writer left to the kernel's flusher on a
+/// paced device, up to the device's budget: all that can still be dirty.
+/// Flushed when the writer ends: once the device is released its pages are
+/// below every threshold, and the kernel would leave them for
+/// dirty_expire (30 s) — a stick would look done long before it is.
+#[derive(Default)]
+struct Left {
+    flushes: VecDeque<Flush>,
+    bytes: u64,
+}
+
 /// A process whose closed files are being flushed (tar x, cp -r, rsync), or
 /// whose windows are reached by handle (mmap stores, io_uring): `files`
 /// counts both.
@@ -88,7 +104,8 @@ struct Writer {
     started: Instant,
     last: Instant,
     /// Some of its files are reached by handle a window at a time (mmap,
-    /// io_uring): the agent flushes those whether the device is paced or not.
+    /// io_uring): those windows are the agent's to flush, and need room in
+    /// the device's budget.
     windowed: bool,
 }
 
@@ -96,6 +113,8 @@ pub struct StreamTable {
     streams: HashMap<StreamKey, Stream>,
     /// By (device, writer's pid).
     pending: HashMap<(String, u32), Pending>,
+    /// By (device, writer's pid).
+    left: HashMap<(String, u32), Left>,
     writers: HashMap<u32, Writer>,
     flushers: Flushers,
     devices: Devices,
@@ -131,6 +150,7 @@ impl StreamTable {
         Self {
             streams: HashMap::new(),
             pending: HashMap::new(),
+            left: HashMap::new(),
             writers: HashMap::new(),
             flushers: Flushers::new(counters.clone()),
             devices,
@@ -264,12 +284,21 @@ impl StreamTable {
         }
         let now = Instant::now();
         self.note_writer(key.tgid, ev, tail, now);
-        if self.devices.paced(&ev.bdi()) {
-            self.counters.add(&self.counters.closed_files_left, 1);
-            return;
-        }
         let job = flush_of(ev, Target::Closed(closed_file(key, ev, path)));
         let slot = (ev.bdi(), key.tgid);
+        let budget = self.devices.budget(&slot.0);
+        if budget != 0 {
+            self.counters.add(&self.counters.closed_files_left, 1);
+            let l = self.left.entry(slot).or_default();
+            l.flushes.push_back(job);
+            l.bytes += tail;
+            while (l.bytes > budget || l.flushes.len() > LEFT_FILES)
+                && let Some(old) = l.flushes.pop_front()
+            {
+                l.bytes -= old.end - old.start;
+            }
+            return;
+        }
         let p = self.pending.entry(slot.clone()).or_insert_with(|| Pending {
             batch: Batch { owner: key.tgid as u64, flushes: Vec::new() },
             bytes: 0,
@@ -318,6 +347,7 @@ impl StreamTable {
         // second concurrent writer for the next copy to the device, whose
         // budget became stream_dirty twice over (gio after cp -r to a USB
         // stick: 28 MiB held and sync 1.01 s, against 14 MiB and 0.39 s).
+        let mut ended = Vec::new();
         self.writers.retain(|pid, w| {
             let why = if !sys::process_exists(*pid) {
                 "exited"
@@ -330,8 +360,14 @@ impl StreamTable {
                 pid, comm = %printable(&w.comm), files = w.files, bytes = w.bytes,
                 secs = format!("{:.1}", (w.last - w.started).as_secs_f64()), why, "multi-file writer ended"
             );
+            ended.push(*pid);
             false
         });
+        let done: Vec<(String, u32)> = self.left.keys().filter(|(_, pid)| ended.contains(pid)).cloned().collect();
+        for slot in done {
+            let l = self.left.remove(&slot).expect("listed above");
+            self.submit_left(&slot.0, slot.1, l);
+        }
         // Concurrent streams per device: each file being streamed, and each
         // multi-file writer not streaming a file there already (cp -r
         // writing one big file is one stream, not two).
@@ -363,6 +399,11 @@ impl StreamTable {
     fn submit_pending(&mut self, bdi: &str, p: Pending) {
         let dev = self.devices.device(bdi);
         self.flushers.submit(bdi, &dev, p.batch);
+    }
+
+    fn submit_left(&mut self, bdi: &str, pid: u32, l: Left) {
+        let dev = self.devices.device(bdi);
+        self.flushers.submit(bdi, &dev, Batch { owner: pid as u64, flushes: l.flushes.into() });
     }
 
     /// Ends streams whose close the agent did not see: the writer exited,
@@ -445,6 +486,9 @@ impl StreamTable {
     pub fn shutdown(&mut self) {
         for ((bdi, _), p) in std::mem::take(&mut self.pending) {
             self.submit_pending(&bdi, p);
+        }
+        for ((bdi, pid), l) in std::mem::take(&mut self.left) {
+            self.submit_left(&bdi, pid, l);
         }
         self.devices.shutdown();
         self.flushers.shutdown(SHUTDOWN_WAIT);
