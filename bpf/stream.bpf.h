@@ -388,22 +388,32 @@ static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct in
 			     BPF_CORE_READ(bdi, wb.stat[1].count);	/* WB_WRITEBACK */
 }
 
+/* Set while batched records may wait in the ring unread (see wakeup()). */
+static volatile bool batched_waiting;
+
 /* How an event wakes the agent.  Closes of files that never crossed a
  * window (tar x: one per file, left to the kernel's flusher on a paced
  * device) wait in the ring for the agent's next pass, at most BATCH_AGE
  * (100 ms) away: a wakeup each cost the agent an epoll round per close
  * (tar x of 30,000 files: agent CPU 0.29 s with a wakeup per close, 0.02 s
- * batched).  Once the ring holds an eighth of its size they wake it,
- * forced: the adaptive wakeup fires only for a record at the consumer's
- * position.  Every other event wakes it adaptively, as before (forcing them
- * all halved the agent's rate in a flood of unpaced closes); one that
- * follows batched records waits with them, at most 100 ms. */
+ * batched).  Once the ring holds an eighth of its size they wake it.  Any
+ * other event wakes it adaptively, as before (forcing them all halved the
+ * agent's rate in a flood of unpaced closes), but forced when batched
+ * records may be waiting: the adaptive wakeup fires only for a record at
+ * the consumer's position, and a span or a held file's close must not wait
+ * behind them. */
 static __always_inline __u64 wakeup(bool batched)
 {
-	if (!batched)
-		return 0;
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < RB_BYTES / 8)
+	if (!batched) {
+		if (!batched_waiting)
+			return 0;
+		batched_waiting = false;
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < RB_BYTES / 8) {
+		batched_waiting = true;
 		return BPF_RB_NO_WAKEUP;
+	}
 	return BPF_RB_FORCE_WAKEUP;
 }
 
@@ -477,10 +487,13 @@ static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, _
 	 * close into lookups and an open on its server, from the device's
 	 * flusher thread. */
 	__u32 sb_dev = BPF_CORE_READ(sb, s_dev);
-	struct wb_device *d = bpf_map_lookup_elem(&devices, &sb_dev);
 
 	/* A device the agent has still to pace: the first close starts it. */
-	batched = batched && d && d->batch_closes;
+	if (batched) {
+		struct wb_device *d = bpf_map_lookup_elem(&devices, &sb_dev);
+
+		batched = d && d->batch_closes;
+	}
 	if (BPF_CORE_READ(sb, s_export_op) || !(sb_dev >> 20)) {
 		emit(WB_EV_CLOSE, file, fd, ino, start, end, batched);
 		return;
