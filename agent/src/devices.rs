@@ -39,6 +39,14 @@ pub struct Active {
     pub windowed: u64,
 }
 
+impl Active {
+    /// One more writer; `windowed`: the agent flushes its windows.
+    pub fn add(&mut self, windowed: bool) {
+        self.writers += 1;
+        self.windowed += windowed as u64;
+    }
+}
+
 /// What a device's flusher thread and the intake task share.
 pub struct DeviceShared {
     est: Mutex<Estimator>,
@@ -86,9 +94,9 @@ struct Device {
     sb_devs: HashSet<u32>,
     /// One maximal request of the device, the floor of its window.
     max_request: u64,
-    /// Closes of small files need not wake the agent (wb_device).
-    batch_closes: bool,
-    /// What BPF was last told.
+    /// The kernel has the bdi's pacing knobs (read once: a bdi keeps them).
+    knobs: bool,
+    /// What BPF was last told (wb_device).
     pushed_bw: u64,
     pushed_batch: bool,
     last_event: Instant,
@@ -100,8 +108,8 @@ struct Device {
 
 impl Device {
     /// What BPF knows of the device (for each of its superblocks).
-    fn entry(&self, bw: u64) -> wb_device {
-        wb_device { bw, floor: self.max_request, batch_closes: self.batch_closes as u64 }
+    fn entry(&self, bw: u64, batch_closes: bool) -> wb_device {
+        wb_device { bw, floor: self.max_request, batch_closes: batch_closes as u64 }
     }
 }
 
@@ -158,7 +166,7 @@ impl Devices {
                 }),
                 sb_devs: HashSet::new(),
                 max_request,
-                batch_closes: false,
+                knobs: self.pacer.available(&bdi),
                 pushed_bw: 0,
                 pushed_batch: false,
                 last_event: Instant::now(),
@@ -173,7 +181,7 @@ impl Devices {
         if dev.sb_devs.insert(ev.sb_dev)
             && let Some(m) = &mut self.map
         {
-            let _ = m.insert(ev.sb_dev, dev.entry(dev.shared.bandwidth()), 0);
+            let _ = m.insert(ev.sb_dev, dev.entry(dev.shared.bandwidth(), dev.pushed_batch), 0);
         }
         let shared = dev.shared.clone();
         if unpaced && self.policy.pacing {
@@ -248,12 +256,11 @@ impl Devices {
             dev.budget = 0;
         }
         // Paced, or never to be: no close needs the agent at once.
-        dev.batch_closes = dev.budget != 0 || !pacing || !self.pacer.available(bdi) || self.pacer.stepped_aside(bdi);
-        let batch = dev.batch_closes;
+        let batch = dev.budget != 0 || !pacing || !dev.knobs || self.pacer.stepped_aside(bdi);
         if (bw.abs_diff(dev.pushed_bw) * 20 > dev.pushed_bw || batch != dev.pushed_batch)
             && let Some(m) = &mut self.map
         {
-            let entry = dev.entry(bw);
+            let entry = dev.entry(bw, batch);
             for sb in &dev.sb_devs {
                 let _ = m.insert(*sb, entry, 0);
             }

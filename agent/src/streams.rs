@@ -93,6 +93,12 @@ struct Left {
     bytes: u64,
 }
 
+impl Left {
+    fn batch(self, pid: u32) -> Batch {
+        Batch { owner: pid as u64, flushes: self.flushes.into() }
+    }
+}
+
 /// A process whose closed files are being flushed (tar x, cp -r, rsync), or
 /// whose windows are reached by handle (mmap stores, io_uring): `files`
 /// counts both.
@@ -341,7 +347,7 @@ impl StreamTable {
             self.pending.iter().filter(|(_, p)| now - p.since >= BATCH_AGE).map(|(k, _)| k.clone()).collect();
         for slot in due {
             let p = self.pending.remove(&slot).expect("listed above");
-            self.submit_pending(&slot.0, p);
+            self.submit(&slot.0, p.batch);
         }
         // An exited writer ends now: left for WRITER_IDLE it counted as a
         // second concurrent writer for the next copy to the device, whose
@@ -363,10 +369,9 @@ impl StreamTable {
             ended.push(*pid);
             false
         });
-        let done: Vec<(String, u32)> = self.left.keys().filter(|(_, pid)| ended.contains(pid)).cloned().collect();
-        for slot in done {
-            let l = self.left.remove(&slot).expect("listed above");
-            self.submit_left(&slot.0, slot.1, l);
+        let done: Vec<_> = self.left.extract_if(|(_, pid), _| ended.contains(pid)).collect();
+        for ((bdi, pid), l) in done {
+            self.submit(&bdi, l.batch(pid));
         }
         // Concurrent streams per device: each file being streamed, and each
         // multi-file writer not streaming a file there already (cp -r
@@ -378,14 +383,12 @@ impl StreamTable {
         // device (and every other writer of it) paced.
         let quiet = self.devices.quiet();
         for (key, s) in self.streams.iter().filter(|(_, s)| s.writing(now, quiet)) {
-            let a = active.entry(s.bdi.clone()).or_default();
-            (a.writers, a.windowed) = (a.writers + 1, a.windowed + 1);
+            active.entry(s.bdi.clone()).or_default().add(true);
             streaming.insert((&s.bdi, key.tgid));
         }
         for (pid, w) in &self.writers {
             if !streaming.contains(&(w.bdi.as_str(), *pid)) {
-                let a = active.entry(w.bdi.clone()).or_default();
-                (a.writers, a.windowed) = (a.writers + 1, a.windowed + w.windowed as u64);
+                active.entry(w.bdi.clone()).or_default().add(w.windowed);
             }
         }
         self.devices.tick(&active, on_battery);
@@ -396,14 +399,9 @@ impl StreamTable {
         self.devices.set_policy(policy);
     }
 
-    fn submit_pending(&mut self, bdi: &str, p: Pending) {
+    fn submit(&mut self, bdi: &str, batch: Batch) {
         let dev = self.devices.device(bdi);
-        self.flushers.submit(bdi, &dev, p.batch);
-    }
-
-    fn submit_left(&mut self, bdi: &str, pid: u32, l: Left) {
-        let dev = self.devices.device(bdi);
-        self.flushers.submit(bdi, &dev, Batch { owner: pid as u64, flushes: l.flushes.into() });
+        self.flushers.submit(bdi, &dev, batch);
     }
 
     /// Ends streams whose close the agent did not see: the writer exited,
@@ -485,10 +483,10 @@ impl StreamTable {
     /// writeback may keep its flusher thread for ever.
     pub fn shutdown(&mut self) {
         for ((bdi, _), p) in std::mem::take(&mut self.pending) {
-            self.submit_pending(&bdi, p);
+            self.submit(&bdi, p.batch);
         }
         for ((bdi, pid), l) in std::mem::take(&mut self.left) {
-            self.submit_left(&bdi, pid, l);
+            self.submit(&bdi, l.batch(pid));
         }
         self.devices.shutdown();
         self.flushers.shutdown(SHUTDOWN_WAIT);
