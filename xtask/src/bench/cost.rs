@@ -16,7 +16,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use wb_tests::{Daemon, LoopDevice, MIB, Mounted, Sample, Sampler, Scratch, sh};
+use wb_tests::{Daemon, LoopDevice, MIB, Mounted, Sample, Sampler, Scratch, sampler::peak, sh};
 
 use super::{
     modes::{self, Mode},
@@ -102,11 +102,24 @@ enum Part {
     Streams,
 }
 
-/// Their names for --parts, in Part::ALL's order.
-pub const PARTS: [&str; 5] = ["per-call", "copy", "tar", "flood", "streams"];
+/// The parts' names for --parts, in order.
+pub fn parts() -> Vec<&'static str> {
+    Part::ALL.map(Part::name).to_vec()
+}
 
 impl Part {
     const ALL: [Part; 5] = [Part::PerCall, Part::Copy, Part::Tar, Part::Flood, Part::Streams];
+
+    /// Its name for --parts.
+    fn name(self) -> &'static str {
+        match self {
+            Part::PerCall => "per-call",
+            Part::Copy => "copy",
+            Part::Tar => "tar",
+            Part::Flood => "flood",
+            Part::Streams => "streams",
+        }
+    }
 
     fn group(self, s: &CostSizes) -> String {
         match self {
@@ -160,7 +173,7 @@ pub fn run(plan: &super::Plan, daemon: &Path, xtask: &Path, runs: &mut Vec<Run>)
     };
     println!("\ncost: ext4 at {rate_mib} MiB/s, daemon built from {}", daemon_source());
     println!("set up in {:.0} s; load average {}", t.elapsed().as_secs_f64(), loadavg());
-    for (part, _) in Part::ALL.into_iter().zip(PARTS).filter(|(_, name)| plan.cost_parts.iter().any(|p| p == name)) {
+    for part in Part::ALL.into_iter().filter(|p| plan.cost_parts.iter().any(|name| name == p.name())) {
         measure(part, plan, &ctx, daemon, runs)?;
     }
     print!("{}", goals(runs, s));
@@ -493,7 +506,7 @@ fn tar(ctx: &Ctx, agent: Option<&Agent>) -> Result<Metrics> {
     let (secs, cpu) = timed(Command::new("tar").arg("-xf").arg(&ctx.tarball).arg("-C").arg(&dir))?;
     let series = sampler.series();
     let sync = scenarios::timed_sync()?;
-    let mib = |s: &[Sample]| (s.iter().map(|s| s.dirty).max().unwrap_or(0) / MIB) as f64;
+    let mib = |s: &[Sample]| (peak(s).dirty / MIB) as f64;
     let held: Vec<Sample> = series.iter().filter(|s| s.t >= 0.5).copied().collect();
     let mut m = vec![
         ("tar s", secs),

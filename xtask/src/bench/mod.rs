@@ -83,7 +83,7 @@ fn parse(args: &[String]) -> Result<Plan> {
         out: PathBuf::from(format!("target/bench/{stamp}")),
         slow_copy_files: 32,
         cost: cost::CostSizes::full(),
-        cost_parts: cost::PARTS.iter().map(|p| p.to_string()).collect(),
+        cost_parts: cost::parts().into_iter().map(str::to_owned).collect(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -154,7 +154,7 @@ fn parse(args: &[String]) -> Result<Plan> {
         }
     }
     for p in &plan.cost_parts {
-        if !cost::PARTS.contains(&p.as_str()) {
+        if !cost::parts().contains(&p.as_str()) {
             bail!("unknown part of cost {p:?}\n{USAGE}");
         }
     }
