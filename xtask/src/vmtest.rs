@@ -12,7 +12,6 @@
 use std::{
     collections::HashMap,
     fs,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -234,13 +233,45 @@ pub fn main(args: &[String]) -> Result<()> {
     println!("vmtest: booting {release} under qemu (TCG)");
     let started = Instant::now();
     let timeout = if quick { TIMEOUT_QUICK } else { TIMEOUT_FULL };
+    let mut exit = None;
+    for attempt in 1..=2 {
+        let log = boot(&vmlinuz, &initrd, &script, &tree, &p, &scratch, timeout)?;
+        exit = log
+            .iter()
+            .find_map(|l| l.trim().strip_prefix("vmtest: exit "))
+            .and_then(|rc| rc.trim().parse::<i32>().ok());
+        if attempt == 2 || !crate::guest::crashed_booting(&log, "vmtest: ") {
+            break;
+        }
+        println!("vmtest: the kernel panicked while booting, before the tests ran: once more");
+    }
+    let _ = fs::remove_file(&scratch);
+    println!("vmtest: {:.0} s", started.elapsed().as_secs_f64());
+    match exit {
+        Some(0) => Ok(()),
+        Some(rc) => bail!("tests failed in the guest (exit {rc})"),
+        None => bail!("the guest stopped without reporting (crash or {} s timeout)", timeout.as_secs()),
+    }
+}
+
+/// One boot of the test kernel (qemu exits at the guest's power-off or
+/// panic), echoing the serial console; returns its lines.
+fn boot(
+    vmlinuz: &Path,
+    initrd: &Path,
+    script: &Path,
+    tree: &str,
+    p: &Paths,
+    scratch: &Path,
+    timeout: Duration,
+) -> Result<Vec<String>> {
     let mut qemu = Command::new("timeout")
         .args(["--signal=KILL", &timeout.as_secs().to_string(), "qemu-system-x86_64"])
         .args(["-m", GUEST_MEM, "-smp", "2", "-accel", "tcg,thread=multi", "-cpu", "max"])
         .args(["-nographic", "-no-reboot", "-kernel"])
-        .arg(&vmlinuz)
+        .arg(vmlinuz)
         .arg("-initrd")
-        .arg(&initrd)
+        .arg(initrd)
         .arg("-append")
         .arg(format!(
             "console=ttyS0 quiet panic=-1 wbrun={} wbkernel={tree} wbkeep={}:{}",
@@ -256,24 +287,7 @@ pub fn main(args: &[String]) -> Result<()> {
         .stderr(Stdio::inherit())
         .spawn()
         .context("starting qemu")?;
-    let mut exit = None;
-    for line in BufReader::new(qemu.stdout.take().unwrap()).lines() {
-        let line = line?;
-        // The firmware's screen control codes are noise in a CI log.
-        let clean: String = line.chars().filter(|c| !c.is_control() || *c == '\t').collect();
-        println!("{clean}");
-        if let Some(rc) = clean.trim().strip_prefix("vmtest: exit ") {
-            exit = rc.trim().parse::<i32>().ok();
-        }
-    }
-    qemu.wait()?;
-    let _ = fs::remove_file(&scratch);
-    println!("vmtest: {:.0} s", started.elapsed().as_secs_f64());
-    match exit {
-        Some(0) => Ok(()),
-        Some(rc) => bail!("tests failed in the guest (exit {rc})"),
-        None => bail!("the guest stopped without reporting (crash or {} s timeout)", timeout.as_secs()),
-    }
+    crate::guest::console(&mut qemu, |_, _| {})
 }
 
 /// `xtask overhead` (run in the guest by the script): ns per 4 KiB write()
