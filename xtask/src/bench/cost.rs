@@ -28,7 +28,7 @@ use super::{
 /// writer would wait for a 100 MiB/s device long before the agent is busy.
 const FLOOD_POLICY: &str = "pacing=false";
 /// One process made 39,000 files/s here without the daemon (session 9), under
-/// the goal's 50,000: two offer more than a 2-core machine has room for.
+/// the goal's 50,000; two make 74,000 (session 10).
 const FLOOD_WRITERS: u32 = 2;
 
 /// 1,000 streams of a few MiB each stream only with a burst and window below
