@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use wb_tests::{Daemon, LoopDevice, MIB, Mounted, Sample, Sampler, Scratch, sampler::peak, sh};
 
 use super::{
@@ -265,19 +265,24 @@ fn timed_all(cmds: &mut [&mut Command]) -> Result<(f64, f64)> {
     }
     let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
     let mut cpu = 0.0;
+    let mut failed = None;
+    // Every child is waited for, a failed one or not: none left running.
     for (child, cmd) in children.iter().zip(cmds.iter()) {
         let mut status = 0;
         // SAFETY: rusage is plain data; wait4 fills it for our own child.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         if unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) } < 0 {
-            return Err(std::io::Error::last_os_error()).context("wait4");
-        }
-        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-            bail!("{cmd:?} failed (wait status {status:#x})");
+            let e = std::io::Error::last_os_error();
+            failed.get_or_insert_with(|| anyhow::anyhow!("wait4 for {cmd:?}: {e}"));
+        } else if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            failed.get_or_insert_with(|| anyhow::anyhow!("{cmd:?} failed (wait status {status:#x})"));
         }
         cpu += secs(ru.ru_utime) + secs(ru.ru_stime);
     }
-    Ok((t.elapsed().as_secs_f64(), cpu))
+    match failed {
+        Some(e) => Err(e),
+        None => Ok((t.elapsed().as_secs_f64(), cpu)),
+    }
 }
 
 /// One status snapshot of the daemon (refreshed by it every second).
