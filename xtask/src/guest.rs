@@ -205,6 +205,10 @@ impl Image {
     }
 }
 
+/// What the guest's kernel prints as it reboots, and as it panics.
+const RESTART: &str = "reboot: Restarting system";
+const PANIC: &str = "Kernel panic";
+
 /// Whether the guest's kernel panicked in a boot before the test's script
 /// (its lines carry `marker`) printed anything in that boot: nothing of
 /// ours had run, so a second try is fair.  Seen once in CI (stop 21): 6.12
@@ -212,9 +216,22 @@ impl Image {
 /// key being patched while the other vCPU ran (multi-threaded TCG); the
 /// same image booted cleanly in every other run.
 pub fn crashed_booting(log: &[String], marker: &str) -> bool {
-    let boot = log.iter().rposition(|l| l.contains("reboot: Restarting system")).map_or(0, |i| i + 1);
+    let boot = log.iter().rposition(|l| l.contains(RESTART)).map_or(0, |i| i + 1);
     let this = &log[boot..];
-    this.iter().any(|l| l.contains("Kernel panic")) && !this.iter().any(|l| l.contains(marker))
+    this.iter().any(|l| l.contains(PANIC)) && !this.iter().any(|l| l.contains(marker))
+}
+
+/// Runs `boot` (one qemu, returning its console) a second time if the
+/// first one's kernel panicked before the script marking its lines with
+/// `marker` ran (`crashed_booting`); the log of the last try, and whether
+/// there were two.
+pub fn boot_retrying(marker: &str, mut boot: impl FnMut() -> Result<Vec<String>>) -> Result<(Vec<String>, bool)> {
+    let log = boot()?;
+    if !crashed_booting(&log, marker) {
+        return Ok((log, false));
+    }
+    println!("{marker}the kernel panicked while booting, before the test ran: once more");
+    Ok((boot()?, true))
 }
 
 /// A small ext4 disk holding `dir`'s files, for the guest to mount.
@@ -273,8 +290,8 @@ pub fn boot(
         if let Some(Err(e)) = sticks.map(|s| s.relay(line)) {
             println!("sticks: {e:#}");
         }
-        let restarts = log.iter().filter(|l| l.contains("reboot: Restarting system")).count();
-        if line.contains("Kernel panic") || restarts > reboots {
+        let restarts = log.iter().filter(|l| l.contains(RESTART)).count();
+        if line.contains(PANIC) || restarts > reboots {
             // timeout passes SIGTERM on to qemu.
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(pid, libc::SIGTERM) };

@@ -173,18 +173,12 @@ pub fn main(args: &[String]) -> Result<()> {
         // One reboot: the test's first boot installs, the second checks the
         // service starts at boot.
         let timeout = if quick { TIMEOUT_QUICK } else { TIMEOUT_FULL };
-        let mut tries = 0;
-        let (exit, mut lines) = loop {
+        let (log, retried) = guest::boot_retrying("systest: ", || {
             let sticks = guest::Sticks::new(&dir.join("sticks"), STICK_SIZE, STICK_BPS)?;
-            let log = guest::boot(&image, &kernel, &disk, Some(&sticks), timeout, 1)?;
-            tries += 1;
-            if tries == 1 && guest::crashed_booting(&log, "systest: ") {
-                println!("systest: {}'s kernel panicked while booting, before the test ran: once more", kernel.release);
-                continue;
-            }
-            break results(&log);
-        };
-        if tries > 1 {
+            guest::boot(&image, &kernel, &disk, Some(&sticks), timeout, 1)
+        })?;
+        let (exit, mut lines) = results(&log);
+        if retried {
             lines.push("MEASURE retried: the first try's kernel panicked while booting".into());
         }
         outcomes.push(Outcome { kernel: kernel.release, secs: started.elapsed().as_secs_f64(), exit, lines });

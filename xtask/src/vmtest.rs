@@ -233,18 +233,14 @@ pub fn main(args: &[String]) -> Result<()> {
     println!("vmtest: booting {release} under qemu (TCG)");
     let started = Instant::now();
     let timeout = if quick { TIMEOUT_QUICK } else { TIMEOUT_FULL };
-    let mut exit = None;
-    for attempt in 1..=2 {
-        let log = boot(&vmlinuz, &initrd, &script, &tree, &p, &scratch, timeout)?;
-        exit = log
-            .iter()
-            .find_map(|l| l.trim().strip_prefix("vmtest: exit "))
-            .and_then(|rc| rc.trim().parse::<i32>().ok());
-        if attempt == 2 || !crate::guest::crashed_booting(&log, "vmtest: ") {
-            break;
-        }
-        println!("vmtest: the kernel panicked while booting, before the tests ran: once more");
-    }
+    let (log, _) =
+        crate::guest::boot_retrying("vmtest: ", || boot(&vmlinuz, &initrd, &script, &tree, &p, &scratch, timeout))?;
+    // The last exit line, as when it was read line by line.
+    let exit = log
+        .iter()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("vmtest: exit "))
+        .and_then(|rc| rc.trim().parse::<i32>().ok());
     let _ = fs::remove_file(&scratch);
     println!("vmtest: {:.0} s", started.elapsed().as_secs_f64());
     match exit {
