@@ -22,8 +22,6 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::vmtest::{need, run};
-
 mod sticks;
 pub use sticks::Sticks;
 
@@ -86,6 +84,23 @@ pub struct Kernel {
     pub release: String,
     pub vmlinuz: PathBuf,
     pub initrd: PathBuf,
+}
+
+/// Runs `cmd`, its stderr shown; its stdout, or why it failed.
+pub fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd.stderr(Stdio::inherit()).output().with_context(|| format!("spawning {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed ({})", out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Whether `tool` is on PATH, else which package to install.
+pub fn need(tool: &str, package: &str) -> Result<()> {
+    if Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status()?.success() {
+        return Ok(());
+    }
+    bail!("{tool} not found: install {package} (.ci/deps does)")
 }
 
 /// FNV-1a: a cache key stable across Rust releases (DefaultHasher is not).

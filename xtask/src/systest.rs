@@ -143,8 +143,8 @@ pub fn main(args: &[String]) -> Result<()> {
             _ => bail!("usage: cargo xtask systest [--quick] [--kernel 6.1|6.12] [--deb FILE|--no-deb] [--only usb]"),
         }
     }
-    crate::vmtest::need("qemu-system-x86_64", "qemu-system-x86")?;
-    crate::vmtest::need("mkfs.ext4", "e2fsprogs")?;
+    guest::need("qemu-system-x86_64", "qemu-system-x86")?;
+    guest::need("mkfs.ext4", "e2fsprogs")?;
     let payload = match deb {
         Some(d) => Payload::Deb(d),
         None if no_deb => {

@@ -19,6 +19,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
+use crate::guest::{need, run};
+
 const INIT: &str = include_str!("../vm/init");
 /// The distribution kernel's metapackage: its dependency names the image.
 const KERNEL_META: &str = "linux-image-amd64";
@@ -66,21 +68,6 @@ impl Paths {
         fs::create_dir_all(&dir)?;
         Ok(Self { dir })
     }
-}
-
-pub fn run(cmd: &mut Command) -> Result<String> {
-    let out = cmd.stderr(Stdio::inherit()).output().with_context(|| format!("spawning {cmd:?}"))?;
-    if !out.status.success() {
-        bail!("{cmd:?} failed ({})", out.status);
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-pub fn need(tool: &str, package: &str) -> Result<()> {
-    if Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status()?.success() {
-        return Ok(());
-    }
-    bail!("{tool} not found: install {package} (.ci/deps does)")
 }
 
 /// The kernel tree (boot/vmlinuz-*, lib/modules/*), downloaded once.
