@@ -216,6 +216,7 @@ impl Devices {
             let a = active.get(&bdi).copied().unwrap_or_default();
             self.tick_one(&bdi, a);
         }
+        self.pacer.tick();
     }
 
     fn tick_one(&mut self, bdi: &str, active: Active) {
@@ -281,10 +282,16 @@ impl Devices {
                 chunk: d.shared.chunk(),
                 dirty: d.dirty,
                 paced_budget: d.budget,
+                lever: self.pacer.lever_of(bdi).into(),
             })
             .collect();
         v.sort_by(|a, b| a.bdi.cmp(&b.bdi));
         v
+    }
+
+    /// The global dirty limits in force while the agent paces through them.
+    pub fn global_limits(&self) -> Option<crate::pacing::GlobalLimits> {
+        self.pacer.global_status()
     }
 
     /// Puts every bdi limit the agent changed back (daemon stopping).

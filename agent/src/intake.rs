@@ -117,6 +117,7 @@ impl Control {
             cgroups: cgroups.describe(),
             on_battery: cgroups.on_battery(),
             devices,
+            global_limits: table.global_limits(),
             streams,
             counters,
         };

@@ -22,7 +22,7 @@ use writebehindd::{
     devices::Devices,
     intake,
     loader::{self, Loaded},
-    pacing::Pacer,
+    pacing::{self, Lever, Pacer},
     policies::{self, POLICY_DIR, PolicySet},
     status::SOCKET,
     streams::StreamTable,
@@ -39,7 +39,8 @@ fn group_id(g: &str) -> Option<u32> {
 }
 
 const USAGE: &str = "\
-usage: writebehindd [--policy-dir DIR] [--policy FILE]... [--backend KIND] [--max-streams N] [--help] [--version]
+usage: writebehindd [--policy-dir DIR] [--policy FILE]... [--backend KIND] [--pacing-lever LEVER]
+                    [--max-streams N] [--help] [--version]
        writebehindd --check-policy PATH...
        writebehindd --restore
 
@@ -53,11 +54,15 @@ stays).
   --policy FILE        one more policy file, applied after the directory
   --check-policy PATH  validate policy files (or directories of them), print
                        the effective policy per match, and exit
-  --restore            put back the bdi limits a killed daemon was pacing with
-                       (journaled in /run/writebehindd/paced-bdis), and exit;
-                       refused while a daemon runs (it restores them itself)
+  --restore            put back the bdi and global dirty limits a killed daemon was
+                       pacing with (journaled in /run/writebehindd/paced-bdis and
+                       dirty-limits), and exit; refused while a daemon runs (it
+                       restores them itself)
   --backend KIND       auto (default: fentry where the kernel allows it, else
                        syscall tracepoints), fentry or tracepoint
+  --pacing-lever LEVER auto (default: a device's own strict_limit and max_bytes where
+                       the kernel has them, 6.2+, else the global vm.dirty_bytes while
+                       a device needs pacing), bdi or global
   --max-streams N      streams at most, each holding its file and a pidfd (default 8192);
                        beyond it new streams are left to the kernel, counted as over_cap
   --control PATH       control socket for wbctl (default /run/writebehindd/control.sock)
@@ -77,6 +82,7 @@ struct Args {
     control_group: Option<u32>,
     metrics_listen: Option<std::net::SocketAddr>,
     backend: loader::Backend,
+    lever: Lever,
     max_streams: usize,
 }
 
@@ -90,6 +96,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         control_group: None,
         metrics_listen: None,
         backend: loader::Backend::Auto,
+        lever: Lever::Auto,
         max_streams: writebehindd::streams::MAX_HELD,
     };
     let mut args = std::env::args().skip(1);
@@ -109,6 +116,7 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--policy" => a.files.push(value("a file")?.into()),
             "--control" => a.control = value("a socket path")?.into(),
             "--backend" => a.backend = value("auto, fentry or tracepoint")?.parse()?,
+            "--pacing-lever" => a.lever = value("auto, bdi or global")?.parse()?,
             "--max-streams" => {
                 let v = value("a number")?;
                 a.max_streams = v
@@ -238,9 +246,11 @@ fn claim(restore: bool) -> Option<Instance> {
 /// timeout; the unit's ExecStopPost runs this), the recovery every start
 /// runs, without starting.
 fn restore() {
-    match Pacer::new().recovered() {
-        0 => tracing::info!(journal = writebehindd::pacing::JOURNAL, "nothing to restore"),
-        devices => tracing::info!(devices, "bdi limits a killed daemon left journaled: restored where it had set them"),
+    match Pacer::new(Lever::Auto).recovered() {
+        0 => {
+            tracing::info!(journals = %format!("{} {}", pacing::JOURNAL, pacing::global::JOURNAL), "nothing to restore")
+        }
+        sets => tracing::info!(sets, "limits a killed daemon left journaled: restored where it had set them"),
     }
 }
 
@@ -261,7 +271,7 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
     }
     // Before anything is attached: put back bdi limits a killed run left
     // (as --restore does).
-    let pacer = Pacer::new();
+    let pacer = Pacer::new(args.lever);
     let root = set.root().clone();
     let cfg = wb_config { dflt: root.to_bpf(), ..Default::default() };
     let mut loaded = Loaded::load_and_attach(cfg, args.backend)?;

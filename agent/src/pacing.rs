@@ -5,7 +5,9 @@
 //! balance_dirty_pages() apply that cap even while the system as a whole is
 //! far below its limits — the kernel's own IO-less throttle (seed 003) then
 //! paces every dirtier of that device to its write bandwidth.  The agent
-//! sets them only while streaming writers are active on the device.
+//! sets them only while streaming writers are active on the device.  Where
+//! a kernel has no such knobs (before 6.2), the second lever is the global
+//! limit (`global`), chosen by feature, not by version.
 //!
 //! These are the administrator's settings.  Their values are journaled
 //! under /run before every write to a knob and put back when pacing ends,
@@ -21,6 +23,9 @@ use std::{
 };
 
 use anyhow::{Context, Result};
+
+pub mod global;
+pub use global::{Global, GlobalLimits};
 
 pub const JOURNAL: &str = "/run/writebehindd/paced-bdis";
 pub const SYSFS_BDI: &str = "/sys/class/bdi";
@@ -54,7 +59,33 @@ impl Entry {
     }
 }
 
+/// Which lever paces a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lever {
+    /// The bdi's own knobs where the kernel has them, else the global limit.
+    Auto,
+    /// The bdi's strict_limit and max_bytes only.
+    Bdi,
+    /// The global vm.dirty_bytes only (what kernels before 6.2 get; on a
+    /// newer one, to test it).
+    Global,
+}
+
+impl std::str::FromStr for Lever {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "bdi" => Ok(Self::Bdi),
+            "global" => Ok(Self::Global),
+            _ => Err(format!("pacing lever {s:?}: auto, bdi or global")),
+        }
+    }
+}
+
 pub struct Pacer {
+    choice: Lever,
+    global: Global,
     root: PathBuf,
     journal: PathBuf,
     paced: HashMap<String, Entry>,
@@ -73,12 +104,14 @@ impl Pacer {
     /// of the daemon left set (it crashed or was killed); `writebehindd
     /// --restore` is this alone.  One process at a time: the caller holds
     /// the daemon's instance lock.
-    pub fn new() -> Self {
-        Self::with_paths(SYSFS_BDI.into(), JOURNAL.into())
+    pub fn new(choice: Lever) -> Self {
+        Self::with_paths(SYSFS_BDI.into(), JOURNAL.into(), Global::new(), choice)
     }
 
-    pub fn with_paths(root: PathBuf, journal: PathBuf) -> Self {
+    pub fn with_paths(root: PathBuf, journal: PathBuf, global: Global, choice: Lever) -> Self {
         let mut me = Self {
+            choice,
+            global,
             root,
             journal,
             paced: HashMap::new(),
@@ -91,35 +124,74 @@ impl Pacer {
         me
     }
 
-    /// Whether the kernel offers per-bdi byte limits for this device.
-    pub fn available(&self, bdi: &str) -> bool {
-        self.knob(bdi, "max_bytes").exists() && self.knob(bdi, "strict_limit").exists()
+    /// The lever for this device, if any: the bdi's own knobs where it has
+    /// them (a bdi keeps them), else the global limit.
+    pub fn lever(&self, bdi: &str) -> Option<Lever> {
+        let knobs = self.knob(bdi, "max_bytes").exists() && self.knob(bdi, "strict_limit").exists();
+        match self.choice {
+            Lever::Auto | Lever::Bdi if knobs => Some(Lever::Bdi),
+            Lever::Auto | Lever::Global if self.global.available() => Some(Lever::Global),
+            _ => None,
+        }
     }
 
-    /// How many devices a previous run had left journaled (restored at
-    /// start unless changed by hand since).
+    /// Whether the device can be paced at all.
+    pub fn available(&self, bdi: &str) -> bool {
+        self.lever(bdi).is_some()
+    }
+
+    /// How many sets of values a previous run had left journaled (restored
+    /// at start unless changed by hand since): each bdi, and the global
+    /// limits.
     pub fn recovered(&self) -> usize {
-        self.recovered
+        self.recovered + self.global.recovered() as usize
     }
 
     /// Someone else changed the device's knobs: it is not paced again.
     pub fn stepped_aside(&self, bdi: &str) -> bool {
-        self.hands_off.contains(bdi)
+        self.hands_off.contains(bdi) || (self.global.stepped_aside() && self.lever(bdi).is_none())
     }
 
     pub fn is_paced(&self, bdi: &str) -> bool {
-        self.paced.contains_key(bdi)
+        self.paced.contains_key(bdi) || self.global.is_paced(bdi)
+    }
+
+    /// How a paced device is paced ("bdi" or "global"), for status.
+    pub fn lever_of(&self, bdi: &str) -> &'static str {
+        if self.paced.contains_key(bdi) {
+            "bdi"
+        } else if self.global.is_paced(bdi) {
+            "global"
+        } else {
+            ""
+        }
+    }
+
+    /// The global limits in force, while the agent's are.
+    pub fn global_status(&self) -> Option<GlobalLimits> {
+        self.global.status()
+    }
+
+    /// Every device tick: the global limit steps down towards the budgets.
+    pub fn tick(&mut self) {
+        self.global.tick();
     }
 
     /// Caps `bdi` at `budget` dirty bytes, strictly.  Returns false if the
     /// agent stepped aside for this device.
     pub fn pace(&mut self, bdi: &str, budget: u64) -> Result<bool> {
-        if !self.available(bdi) {
-            // Linux 6.1 (Debian 12's default kernel) has neither knob.
-            if !std::mem::replace(&mut self.unavailable_logged, true) {
-                tracing::warn!(bdi, "no per-device strict_limit/max_bytes (Linux 6.2+): devices are not paced");
+        match self.lever(bdi) {
+            Some(Lever::Bdi) => {}
+            Some(_) => return self.global.pace(bdi, budget),
+            None => {
+                if !std::mem::replace(&mut self.unavailable_logged, true) {
+                    tracing::warn!(
+                        bdi,
+                        "no per-device strict_limit/max_bytes and no global dirty limits to use: devices are not paced"
+                    );
+                }
+                return Ok(false);
             }
-            return Ok(false);
         }
         if self.hands_off.contains(bdi) {
             return Ok(false);
@@ -180,6 +252,7 @@ impl Pacer {
 
     /// Puts the administrator's values back on `bdi`.
     pub fn release(&mut self, bdi: &str) {
+        self.global.release(bdi);
         let Some(e) = self.paced.get(bdi).cloned() else {
             return;
         };
@@ -212,6 +285,7 @@ impl Pacer {
         for bdi in bdis {
             self.release(&bdi);
         }
+        self.global.release_all();
     }
 
     fn step_aside(&mut self, bdi: &str, now: &Values) {
@@ -273,15 +347,7 @@ impl Pacer {
             let (w_ratio, w_strict) = e.ours.as_ref().map_or(("*", "*"), |w| (&w.max_ratio_fine, &w.strict_limit));
             text += &format!("{bdi}\t{}\t{}\t{w_ratio}\t{w_strict}\n", o.max_ratio_fine, o.strict_limit);
         }
-        if let Some(dir) = self.journal.parent() {
-            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        // Written aside and renamed into place: a kill leaves the old
-        // journal or the new one, never a part.  No fsync: /run is tmpfs,
-        // and a power loss takes the knobs' values with it too.
-        let tmp = self.journal.with_extension("tmp");
-        fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-        fs::rename(&tmp, &self.journal).with_context(|| format!("writing {}", self.journal.display()))
+        write_journal(&self.journal, &text)
     }
 
     fn knob(&self, bdi: &str, name: &str) -> PathBuf {
@@ -307,8 +373,20 @@ impl Pacer {
 
 impl Default for Pacer {
     fn default() -> Self {
-        Self::new()
+        Self::new(Lever::Auto)
     }
+}
+
+/// Written aside and renamed into place: a kill leaves the old journal or
+/// the new one, never a part.  No fsync: /run is tmpfs, and a power loss
+/// takes the knobs' values with it too.
+fn write_journal(journal: &Path, text: &str) -> Result<()> {
+    if let Some(dir) = journal.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let tmp = journal.with_extension("tmp");
+    fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, journal).with_context(|| format!("writing {}", journal.display()))
 }
 
 fn write_knob(path: &Path, value: &str) -> Result<()> {
@@ -348,7 +426,8 @@ mod tests {
             self.set("max_ratio_fine", &(bytes / 1000).to_string());
         }
         fn pacer(&self) -> Pacer {
-            Pacer::with_paths(self.dir.clone(), self.dir.join("journal"))
+            let global = Global::with_paths(self.dir.join("vm"), self.dir.join("vmstat"), self.dir.join("global"));
+            Pacer::with_paths(self.dir.clone(), self.dir.join("journal"), global, Lever::Auto)
         }
     }
 

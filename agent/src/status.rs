@@ -24,6 +24,11 @@ pub struct Status {
     pub cgroups: String,
     pub on_battery: bool,
     pub devices: Vec<DeviceStatus>,
+    /// The global vm.dirty_bytes pacing sets where a device has no
+    /// strict_limit of its own (kernels before 6.2); None while the
+    /// administrator's limits are in force.
+    #[serde(default)]
+    pub global_limits: Option<crate::pacing::GlobalLimits>,
     pub streams: Vec<StreamStatus>,
     pub counters: BTreeMap<String, u64>,
 }
@@ -39,8 +44,12 @@ pub struct DeviceStatus {
     pub chunk: u64,
     /// Dirty + writeback bytes of the device at its last event.
     pub dirty: u64,
-    /// The bdi dirty cap set for pacing, bytes; 0 when not pacing.
+    /// The dirty cap set for pacing, bytes; 0 when not pacing.
     pub paced_budget: u64,
+    /// How it is paced: "bdi" (its own strict_limit and max_bytes) or
+    /// "global" (vm.dirty_bytes); empty when not paced.
+    #[serde(default)]
+    pub lever: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

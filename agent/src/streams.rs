@@ -478,6 +478,11 @@ impl StreamTable {
         (v, self.devices.status())
     }
 
+    /// The global dirty limits in force while pacing sets them.
+    pub fn global_limits(&self) -> Option<crate::pacing::GlobalLimits> {
+        self.devices.global_limits()
+    }
+
     /// Ends every stream (daemon shutdown) after queued spans are submitted.
     /// The administrator's bdi limits go back first: a device hung in
     /// writeback may keep its flusher thread for ever.

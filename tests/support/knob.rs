@@ -129,3 +129,52 @@ fn journal_remove(path: &Path, value: &str) {
     }
     let _ = if lines.is_empty() { fs::remove_file(JOURNAL) } else { fs::write(JOURNAL, lines.join("\n") + "\n") };
 }
+
+/// The kernel's global dirty limits: in each pair, the one not 0 is in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmLimits {
+    pub dirty_bytes: String,
+    pub dirty_ratio: String,
+    pub background_bytes: String,
+    pub background_ratio: String,
+}
+
+impl VmLimits {
+    pub fn now() -> Result<Self> {
+        let r = |n: &str| read(&format!("/proc/sys/vm/{n}"));
+        Ok(Self {
+            dirty_bytes: r("dirty_bytes")?,
+            dirty_ratio: r("dirty_ratio")?,
+            background_bytes: r("dirty_background_bytes")?,
+            background_ratio: r("dirty_background_ratio")?,
+        })
+    }
+
+    /// Sets these limits (the in-force one of each pair, the background
+    /// first); the guards put back the ones before, whatever happens.
+    pub fn set(&self) -> Result<[Knob; 2]> {
+        let was = Self::now()?;
+        let (bg, bg_was) = (self.background(), was.background());
+        let (d, d_was) = (self.dirty(), was.dirty());
+        Ok([
+            Knob::set_restoring(&bg.0, &bg.1, &bg_was.0, &bg_was.1)?,
+            Knob::set_restoring(&d.0, &d.1, &d_was.0, &d_was.1)?,
+        ])
+    }
+
+    fn dirty(&self) -> (String, String) {
+        pick("dirty", &self.dirty_bytes, &self.dirty_ratio)
+    }
+
+    fn background(&self) -> (String, String) {
+        pick("dirty_background", &self.background_bytes, &self.background_ratio)
+    }
+}
+
+fn pick(name: &str, bytes: &str, ratio: &str) -> (String, String) {
+    if bytes != "0" {
+        (format!("/proc/sys/vm/{name}_bytes"), bytes.into())
+    } else {
+        (format!("/proc/sys/vm/{name}_ratio"), ratio.into())
+    }
+}

@@ -18,7 +18,7 @@ use anyhow::{Context, Result, bail};
 pub use cgroup::Cgroup;
 pub use daemon::{Daemon, log_field, stopped_counter};
 pub use device::{BindMount, LoopDevice, Mounted, mountinfo_dev};
-pub use knob::{BdiKnobs, Knob};
+pub use knob::{BdiKnobs, Knob, VmLimits};
 pub use process::Background;
 pub use sampler::{Peak, Sample, Sampler};
 

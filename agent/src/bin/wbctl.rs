@@ -181,6 +181,14 @@ fn status_text(s: &Status) -> String {
         printable(&s.cgroups)
     );
     out += &devices_text(&s.devices);
+    if let Some(g) = &s.global_limits {
+        out += &format!(
+            "global dirty limits while pacing: dirty_bytes {}, dirty_background_bytes {} (then back to {})\n",
+            mib(g.dirty_bytes),
+            mib(g.background_bytes),
+            printable(&g.original)
+        );
+    }
     out += "\n";
     out += &streams_text(&s.streams);
     out += "\ncounters:";
@@ -192,13 +200,17 @@ fn status_text(s: &Status) -> String {
 
 fn devices_text(d: &[DeviceStatus]) -> String {
     let mut out = format!(
-        "{:<10} {:>12} {:>10} {:>10} {:>10} {:>12}\n",
+        "{:<10} {:>12} {:>10} {:>10} {:>10} {:>19}\n",
         "DEVICE", "BANDWIDTH", "WINDOW", "IN FLIGHT", "DIRTY", "PACING"
     );
     for d in d {
-        let pacing = if d.paced_budget > 0 { format!("cap {}", mib(d.paced_budget)) } else { "off".into() };
+        let pacing = match (d.paced_budget, d.lever.as_str()) {
+            (0, _) => "off".into(),
+            (b, "global") => format!("cap {} global", mib(b)),
+            (b, _) => format!("cap {}", mib(b)),
+        };
         out += &format!(
-            "{:<10} {:>10}/s {:>10} {:>10} {:>10} {:>12}\n",
+            "{:<10} {:>10}/s {:>10} {:>10} {:>10} {:>19}\n",
             printable(&d.bdi),
             mib(d.bandwidth),
             mib(d.window),

@@ -1,0 +1,576 @@
+//! The second lever: the kernel's global dirty limits, for kernels without
+//! the per-device `strict_limit` and `max_bytes` (before 6.2: Debian 11 and
+//! 12's default kernels, Ubuntu 22.04, RHEL 9).
+//!
+//! What `mm/page-writeback.c` (5.10 to 6.1) makes of it:
+//! - Without strictlimit no writer is throttled while the system's dirty and
+//!   writeback pages stay below the freerun ceiling, (limit + background) / 2:
+//!   a device's `max_ratio` alone changes nothing until then.  So the budget
+//!   is set as `vm.dirty_bytes`, with `vm.dirty_background_bytes` at half of
+//!   it, while at least one device needs pacing, and only then.
+//! - A limit written below the dirty level of the moment sets pos_ratio to 0
+//!   at once: every writer of every device then sleeps page by page until
+//!   the backlog drains (2 GiB at 30 MiB/s: over a minute).  So the limit
+//!   comes down in steps from just above the dirty level, each tick, and
+//!   never below it.
+//! - Writing `dirty_ratio` clears `dirty_bytes` and the reverse (the same
+//!   for the background pair), and `dirty_bytes` cannot be 0: the journal
+//!   keeps all four values and the restore writes the one of each pair that
+//!   was in force.
+//!
+//! Journaled and restored like the per-device knobs: before each write, on
+//! release, at exit, at the next start or by `writebehindd --restore`; a
+//! value that no longer holds what the agent wrote was changed by the
+//! administrator, and the lever is not used again in this run.
+
+use std::{
+    collections::HashMap,
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result, bail};
+
+pub const JOURNAL: &str = "/run/writebehindd/dirty-limits";
+pub const PROC_VM: &str = "/proc/sys/vm";
+pub const VMSTAT: &str = "/proc/vmstat";
+
+const MIB: u64 = 1 << 20;
+/// The smallest limit written.  Below a few MiB the kernel's per-CPU
+/// ratelimits (32 pages per CPU and a sixteenth of the limit) stop bounding
+/// what a burst dirties between two checks.
+const FLOOR: u64 = 4 * MIB;
+/// While stepping down, the limit is written at the dirty level plus
+/// 1/ABOVE_DIRTY of it and half a MiB.  balance_dirty_pages() holds the
+/// dirty level at its setpoint, 7/8 of the limit (with the background limit
+/// at half), where pos_ratio is 1 and writers dirty as fast as the devices
+/// write: a limit 1/8 above the level left them there, the backlog never
+/// drained, and the limit stuck (a 384 MiB copy to 30 MiB/s peaked at 53
+/// MiB and its sync took 0.67 s).  1/32 above puts the level at about 97 %
+/// of the limit, where the cubic pos_ratio is about one half: every
+/// writer runs at about half its device's speed while the backlog drains,
+/// none sleeps page by page as at the limit itself.
+const ABOVE_DIRTY: u64 = 32;
+/// A new limit is written once it moved by 1/SLACK (and 64 pages).
+const SLACK: u64 = 64;
+
+/// The four values, as the kernel reports them: in each pair the one that
+/// is not 0 is in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub dirty_bytes: u64,
+    pub dirty_ratio: u64,
+    pub background_bytes: u64,
+    pub background_ratio: u64,
+}
+
+impl Limits {
+    fn to_line(&self) -> String {
+        format!("{}\t{}\t{}\t{}", self.dirty_bytes, self.dirty_ratio, self.background_bytes, self.background_ratio)
+    }
+
+    /// As `wbctl status` shows them: "dirty_ratio=20 dirty_background_ratio=10".
+    pub fn describe(&self) -> String {
+        let one = |bytes: u64, ratio: u64, name: &str| {
+            if bytes != 0 { format!("{name}_bytes={bytes}") } else { format!("{name}_ratio={ratio}") }
+        };
+        format!(
+            "{} {}",
+            one(self.dirty_bytes, self.dirty_ratio, "dirty"),
+            one(self.background_bytes, self.background_ratio, "dirty_background")
+        )
+    }
+}
+
+/// What `wbctl status` reports while the lever is in use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GlobalLimits {
+    /// vm.dirty_bytes as the agent set it.
+    pub dirty_bytes: u64,
+    /// vm.dirty_background_bytes as the agent set it.
+    pub background_bytes: u64,
+    /// What it put back when pacing ends ("dirty_ratio=20 dirty_background_ratio=10").
+    pub original: String,
+}
+
+pub struct Global {
+    vm: PathBuf,
+    vmstat: PathBuf,
+    journal: PathBuf,
+    page_size: u64,
+    /// Paced devices and their budgets.
+    budgets: HashMap<String, u64>,
+    /// The administrator's values, while the agent's are in force.
+    original: Option<Limits>,
+    /// The (dirty_bytes, dirty_background_bytes) the agent last wrote; None
+    /// while a write is under way (journaled as `*`).
+    ours: Option<(u64, u64)>,
+    /// The limit in force, 0 when the administrator's are.
+    limit: u64,
+    /// The administrator changed a value while the agent's were in force.
+    hands_off: bool,
+    /// A previous run's values were found journaled at start.
+    recovered: bool,
+}
+
+impl Global {
+    pub fn new() -> Self {
+        Self::with_paths(PROC_VM.into(), VMSTAT.into(), JOURNAL.into())
+    }
+
+    /// With `vm` standing for /proc/sys/vm and `vmstat` for /proc/vmstat;
+    /// recovers what a killed run left.
+    pub fn with_paths(vm: PathBuf, vmstat: PathBuf, journal: PathBuf) -> Self {
+        let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+        let mut me = Self {
+            vm,
+            vmstat,
+            journal,
+            page_size,
+            budgets: HashMap::new(),
+            original: None,
+            ours: None,
+            limit: 0,
+            hands_off: false,
+            recovered: false,
+        };
+        me.recover();
+        me
+    }
+
+    /// Whether the lever can be used: the knobs exist and nobody changed
+    /// them under the agent in this run.
+    pub fn available(&self) -> bool {
+        !self.hands_off && self.vm.join("dirty_bytes").exists()
+    }
+
+    pub fn stepped_aside(&self) -> bool {
+        self.hands_off
+    }
+
+    pub fn is_paced(&self, bdi: &str) -> bool {
+        self.budgets.contains_key(bdi)
+    }
+
+    pub fn recovered(&self) -> bool {
+        self.recovered
+    }
+
+    /// The limits in force while the agent's are.
+    pub fn status(&self) -> Option<GlobalLimits> {
+        let (o, (dirty_bytes, background_bytes)) = (self.original.as_ref()?, self.ours?);
+        Some(GlobalLimits { dirty_bytes, background_bytes, original: o.describe() })
+    }
+
+    /// Paces `bdi` within `budget` bytes, with the other paced devices'
+    /// budgets.  False when the agent stepped aside.
+    pub fn pace(&mut self, bdi: &str, budget: u64) -> Result<bool> {
+        if self.hands_off {
+            return Ok(false);
+        }
+        let first = self.budgets.is_empty();
+        self.budgets.insert(bdi.to_owned(), budget);
+        let applied = self.apply();
+        if applied.is_err() || self.hands_off {
+            self.budgets.remove(bdi);
+        }
+        applied?;
+        if first && !self.hands_off {
+            tracing::info!(
+                bdi,
+                budget,
+                limit = self.limit,
+                "pacing on: global vm.dirty_bytes (no per-device strict_limit)"
+            );
+        }
+        Ok(!self.hands_off)
+    }
+
+    /// `bdi` needs no pacing any more; the last one puts the
+    /// administrator's values back.
+    pub fn release(&mut self, bdi: &str) {
+        if self.budgets.remove(bdi).is_none() {
+            return;
+        }
+        let done = if self.budgets.is_empty() { self.restore() } else { self.apply() };
+        if let Err(e) = done {
+            tracing::warn!(bdi, error = %format!("{e:#}"), "global dirty limits");
+        }
+    }
+
+    pub fn release_all(&mut self) {
+        self.budgets.clear();
+        if let Err(e) = self.restore() {
+            tracing::warn!(error = %format!("{e:#}"), "could not restore the global dirty limits");
+        }
+    }
+
+    /// Brings the limit a step closer to the paced devices' budgets (every
+    /// device tick).
+    pub fn tick(&mut self) {
+        if self.budgets.is_empty() || self.hands_off {
+            return;
+        }
+        if let Err(e) = self.apply() {
+            tracing::warn!(error = %format!("{e:#}"), "global dirty limits");
+        }
+    }
+
+    /// The limit wanted now: the budgets' sum, but never below the dirty
+    /// level of the moment (see the module's comment), and never above the
+    /// administrator's own bytes limit.
+    fn wanted(&self, original: &Limits) -> Result<u64> {
+        let target = self.budgets.values().sum::<u64>().max(FLOOR);
+        let dirty = self.dirty()?;
+        let above = dirty + dirty / ABOVE_DIRTY + MIB / 2;
+        let from = if self.limit == 0 { u64::MAX } else { self.limit };
+        let mut want = target.max(above.min(from));
+        if original.dirty_bytes != 0 {
+            want = want.min(original.dirty_bytes);
+        }
+        Ok(want.div_ceil(self.page_size) * self.page_size)
+    }
+
+    fn apply(&mut self) -> Result<()> {
+        let now = self.read()?;
+        let original = match (&self.original, self.ours) {
+            (Some(o), Some(ours)) if (now.dirty_bytes, now.background_bytes) != ours => {
+                let o = o.clone();
+                return self.step_aside(&now, &o);
+            }
+            (Some(o), _) => o.clone(),
+            (None, _) => now.clone(),
+        };
+        let want = self.wanted(&original)?;
+        if self.limit != 0 && want.abs_diff(self.limit) < (self.limit / SLACK).max(64 * self.page_size) {
+            return Ok(());
+        }
+        if self.limit == 0 && original.dirty_bytes != 0 && want >= original.dirty_bytes {
+            // The administrator's limit is already as low: nothing to lower.
+            return Ok(());
+        }
+        self.original = Some(original);
+        self.ours = None;
+        self.save_journal()?;
+        let background = (want / 2).max(2 * self.page_size);
+        let wrote = write_value(&self.vm, "dirty_background_bytes", background)
+            .and_then(|()| write_value(&self.vm, "dirty_bytes", want));
+        let after = self.read()?;
+        self.ours = Some((after.dirty_bytes, after.background_bytes));
+        self.limit = want;
+        self.save_journal()?;
+        wrote
+    }
+
+    /// Puts the administrator's values back, if they still hold the agent's.
+    fn restore(&mut self) -> Result<()> {
+        let Some(original) = self.original.clone() else {
+            return Ok(());
+        };
+        let now = self.read()?;
+        if let Some(ours) = self.ours
+            && (now.dirty_bytes, now.background_bytes) != ours
+        {
+            return self.step_aside(&now, &original);
+        }
+        self.ours = None;
+        self.save_journal()?;
+        write_limits(&self.vm, &original)?;
+        tracing::info!(limits = %original.describe(), "pacing off: global dirty limits restored");
+        self.original = None;
+        self.limit = 0;
+        self.save_journal()
+    }
+
+    fn step_aside(&mut self, now: &Limits, original: &Limits) -> Result<()> {
+        tracing::warn!(
+            now = %now.describe(), would_restore = %original.describe(),
+            "global dirty limits changed by someone else: not pacing through them any more, and leaving them as they are"
+        );
+        self.hands_off = true;
+        self.original = None;
+        self.ours = None;
+        self.limit = 0;
+        self.budgets.clear();
+        self.save_journal()
+    }
+
+    /// Restores what a killed run journaled, where the values still hold
+    /// what it wrote.
+    fn recover(&mut self) {
+        let Ok(text) = fs::read_to_string(&self.journal) else {
+            return;
+        };
+        match parse_journal(&text) {
+            Ok((original, ours)) => {
+                self.recovered = true;
+                self.original = Some(original);
+                self.ours = ours;
+                tracing::info!("restoring global dirty limits left set by a previous run");
+                if let Err(e) = self.restore() {
+                    tracing::warn!(error = %format!("{e:#}"), "could not restore the global dirty limits");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(journal = %self.journal.display(), error = %format!("{e:#}"), "ignoring the journal")
+            }
+        }
+        // A change by hand since is the administrator's: this run may use
+        // the lever again, journaling the values as they are now.
+        self.hands_off = false;
+        let _ = fs::remove_file(&self.journal);
+    }
+
+    fn save_journal(&self) -> Result<()> {
+        let Some(o) = &self.original else {
+            let _ = fs::remove_file(&self.journal);
+            return Ok(());
+        };
+        let ours = self.ours.map_or_else(|| "*\t*".to_owned(), |(d, b)| format!("{d}\t{b}"));
+        let text = format!("{}\t{ours}\n", o.to_line());
+        super::write_journal(&self.journal, &text)
+    }
+
+    /// The system's dirty and writeback bytes, as balance_dirty_pages()
+    /// counts them.
+    fn dirty(&self) -> Result<u64> {
+        let text = fs::read_to_string(&self.vmstat).with_context(|| format!("reading {}", self.vmstat.display()))?;
+        let pages: u64 = text
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(k, _)| *k == "nr_dirty" || *k == "nr_writeback")
+            .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+            .sum();
+        Ok(pages * self.page_size)
+    }
+
+    fn read(&self) -> Result<Limits> {
+        let r = |n: &str| -> Result<u64> {
+            let p = self.vm.join(n);
+            let s = fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+            s.trim().parse().with_context(|| format!("{}: {s:?} is not a number", p.display()))
+        };
+        Ok(Limits {
+            dirty_bytes: r("dirty_bytes")?,
+            dirty_ratio: r("dirty_ratio")?,
+            background_bytes: r("dirty_background_bytes")?,
+            background_ratio: r("dirty_background_ratio")?,
+        })
+    }
+}
+
+impl Default for Global {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A journal line: the four original values, then what the agent wrote
+/// (`*\t*` while writing).  Numbers only: nothing else is ever written back.
+fn parse_journal(text: &str) -> Result<(Limits, Option<(u64, u64)>)> {
+    let f: Vec<&str> = text.trim_end_matches('\n').split('\t').collect();
+    let [d, r, bd, br, wd, wb] = f[..] else {
+        bail!("expected 6 fields, found {}", f.len());
+    };
+    let n = |s: &str| s.parse::<u64>().with_context(|| format!("{s:?} is not a number"));
+    let original =
+        Limits { dirty_bytes: n(d)?, dirty_ratio: n(r)?, background_bytes: n(bd)?, background_ratio: n(br)? };
+    if (original.dirty_bytes == 0 && original.dirty_ratio == 0)
+        || original.dirty_ratio > 100
+        || original.background_ratio > 100
+    {
+        bail!("not a kernel's dirty limits: {}", original.to_line());
+    }
+    let ours = if (wd, wb) == ("*", "*") { None } else { Some((n(wd)?, n(wb)?)) };
+    Ok((original, ours))
+}
+
+/// Puts `l` back: in each pair, the value that was in force (writing it
+/// clears the other).  The background pair first, as when lowering.
+fn write_limits(vm: &Path, l: &Limits) -> Result<()> {
+    if l.background_bytes != 0 {
+        write_value(vm, "dirty_background_bytes", l.background_bytes)?;
+    } else {
+        write_value(vm, "dirty_background_ratio", l.background_ratio)?;
+    }
+    if l.dirty_bytes != 0 {
+        write_value(vm, "dirty_bytes", l.dirty_bytes)
+    } else {
+        write_value(vm, "dirty_ratio", l.dirty_ratio)
+    }
+}
+
+fn write_value(vm: &Path, name: &str, value: u64) -> Result<()> {
+    let p = vm.join(name);
+    fs::write(&p, value.to_string()).with_context(|| format!("writing {value} to {}", p.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake /proc/sys/vm and /proc/vmstat.
+    struct FakeVm {
+        dir: PathBuf,
+    }
+
+    impl FakeVm {
+        fn new(name: &str, dirty_bytes: u64) -> Self {
+            let dir = std::env::temp_dir().join(format!("wb-global-{name}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(dir.join("vm")).unwrap();
+            let me = Self { dir };
+            let ratio = if dirty_bytes == 0 { 20 } else { 0 };
+            for (k, v) in [("dirty_bytes", dirty_bytes), ("dirty_ratio", ratio)] {
+                me.set(k, v);
+            }
+            me.set("dirty_background_bytes", 0);
+            me.set("dirty_background_ratio", 10);
+            me.dirty(0);
+            me
+        }
+        fn set(&self, k: &str, v: u64) {
+            fs::write(self.dir.join("vm").join(k), v.to_string()).unwrap();
+        }
+        fn get(&self, k: &str) -> u64 {
+            fs::read_to_string(self.dir.join("vm").join(k)).unwrap().trim().parse().unwrap()
+        }
+        /// The system's dirty + writeback level.
+        fn dirty(&self, bytes: u64) {
+            let pages = bytes / 4096;
+            fs::write(self.dir.join("vmstat"), format!("nr_free_pages 1\nnr_dirty {pages}\nnr_writeback 0\n")).unwrap();
+        }
+        fn journal(&self) -> PathBuf {
+            self.dir.join("journal")
+        }
+        fn global(&self) -> Global {
+            Global::with_paths(self.dir.join("vm"), self.dir.join("vmstat"), self.journal())
+        }
+    }
+
+    impl Drop for FakeVm {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[test]
+    fn paces_within_the_budgets_and_restores_ratio_mode() {
+        let vm = FakeVm::new("ratio", 0);
+        let mut g = vm.global();
+        assert!(g.pace("8:16", 8 * MIB).unwrap());
+        assert_eq!((vm.get("dirty_bytes"), vm.get("dirty_background_bytes")), (8 * MIB, 4 * MIB));
+        assert!(g.pace("8:32", 12 * MIB).unwrap());
+        assert_eq!(vm.get("dirty_bytes"), 20 * MIB, "two devices: the sum of their budgets");
+        assert!(vm.journal().exists());
+        g.release("8:16");
+        assert_eq!(vm.get("dirty_bytes"), 12 * MIB);
+        g.release("8:32");
+        assert_eq!((vm.get("dirty_ratio"), vm.get("dirty_background_ratio")), (20, 10), "ratio mode back");
+        assert!(!vm.journal().exists());
+        assert!(g.status().is_none());
+    }
+
+    #[test]
+    fn bytes_mode_is_restored_as_bytes() {
+        let vm = FakeVm::new("bytes", 48 * MIB);
+        vm.set("dirty_background_bytes", 16 * MIB);
+        vm.set("dirty_background_ratio", 0);
+        let mut g = vm.global();
+        assert!(g.pace("8:16", 8 * MIB).unwrap());
+        assert_eq!(vm.get("dirty_bytes"), 8 * MIB);
+        g.release_all();
+        assert_eq!((vm.get("dirty_bytes"), vm.get("dirty_background_bytes")), (48 * MIB, 16 * MIB));
+    }
+
+    #[test]
+    fn an_administrators_lower_limit_is_left_alone() {
+        let vm = FakeVm::new("lower", 4 * MIB);
+        let mut g = vm.global();
+        assert!(g.pace("8:16", 8 * MIB).unwrap());
+        assert_eq!(vm.get("dirty_bytes"), 4 * MIB);
+        assert!(!vm.journal().exists(), "nothing written, nothing journaled");
+    }
+
+    #[test]
+    fn steps_down_from_the_dirty_level_never_below_it() {
+        let vm = FakeVm::new("steps", 0);
+        vm.dirty(1024 * MIB);
+        let mut g = vm.global();
+        assert!(g.pace("8:16", 8 * MIB).unwrap());
+        let first = vm.get("dirty_bytes");
+        assert!(first > 1024 * MIB && first < 1200 * MIB, "just above the dirty level: {first}");
+        // Nothing drained: the limit stays.
+        g.tick();
+        assert_eq!(vm.get("dirty_bytes"), first);
+        vm.dirty(512 * MIB);
+        g.tick();
+        let second = vm.get("dirty_bytes");
+        assert!(second > 512 * MIB && second < 600 * MIB, "follows the dirty level down: {second}");
+        // The level rising again (another writer) does not raise it.
+        vm.dirty(900 * MIB);
+        g.tick();
+        assert_eq!(vm.get("dirty_bytes"), second);
+        vm.dirty(0);
+        g.tick();
+        assert_eq!(vm.get("dirty_bytes"), 8 * MIB, "down to the budget once drained");
+    }
+
+    #[test]
+    fn a_killed_run_is_undone_by_the_next_from_either_mode() {
+        for (name, bytes) in [("kill-ratio", 0), ("kill-bytes", 64 * MIB)] {
+            let vm = FakeVm::new(name, bytes);
+            let mut g = vm.global();
+            assert!(g.pace("8:16", 8 * MIB).unwrap());
+            std::mem::forget(g);
+            assert_eq!(vm.get("dirty_bytes"), 8 * MIB);
+            let g = vm.global();
+            assert!(g.recovered());
+            if bytes == 0 {
+                assert_eq!((vm.get("dirty_ratio"), vm.get("dirty_background_ratio")), (20, 10));
+            } else {
+                assert_eq!(vm.get("dirty_bytes"), bytes);
+            }
+            assert!(!vm.journal().exists());
+        }
+    }
+
+    #[test]
+    fn killed_mid_write_the_next_run_restores() {
+        let vm = FakeVm::new("midwrite", 0);
+        fs::write(vm.journal(), "0\t20\t0\t10\t*\t*\n").unwrap();
+        vm.set("dirty_background_bytes", 3 * MIB);
+        let _g = vm.global();
+        assert_eq!((vm.get("dirty_ratio"), vm.get("dirty_background_ratio")), (20, 10));
+    }
+
+    #[test]
+    fn steps_aside_when_the_administrator_changes_a_limit() {
+        let vm = FakeVm::new("admin", 0);
+        let mut g = vm.global();
+        assert!(g.pace("8:16", 8 * MIB).unwrap());
+        vm.set("dirty_bytes", 100 * MIB);
+        vm.dirty(50 * MIB);
+        g.tick();
+        assert_eq!(vm.get("dirty_bytes"), 100 * MIB);
+        assert!(!g.pace("8:16", 8 * MIB).unwrap(), "not used again in this run");
+        g.release_all();
+        assert_eq!(vm.get("dirty_bytes"), 100 * MIB, "not restored over the administrator");
+        assert!(!vm.journal().exists());
+    }
+
+    #[test]
+    fn a_malformed_journal_writes_nothing() {
+        for line in
+            ["../../etc\t20\t0\t10\t1\t1\n", "0\t20\t0\t10\n", "0\t0\t0\t10\t1\t1\n", "1 ; rm\t20\t0\t10\t*\t*\n"]
+        {
+            let vm = FakeVm::new("malformed", 0);
+            vm.set("dirty_bytes", 5 * MIB);
+            fs::write(vm.journal(), line).unwrap();
+            let g = vm.global();
+            assert!(!g.recovered(), "{line:?}");
+            assert_eq!(vm.get("dirty_bytes"), 5 * MIB, "{line:?}");
+            assert!(!vm.journal().exists());
+        }
+    }
+}

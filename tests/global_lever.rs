@@ -1,0 +1,207 @@
+//! Pacing through the global dirty limits, the lever of kernels without a
+//! per-device strict_limit (before 6.2: Debian 11 and 12's defaults, Ubuntu
+//! 22.04, RHEL 9).  This kernel has both levers; `--pacing-lever global`
+//! makes the daemon use the one those kernels get.  The guests show it on
+//! 5.10 and 6.1 themselves (systest).
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use wb_tests::{daemon::run_writebehindd, *};
+
+const GLOBAL: &[&str] = &["--pacing-lever", "global"];
+
+/// `cp` of `src` to a fresh file on `fs`: the device's peak, and how long
+/// `sync` took after it.
+fn copy_then_sync(fs: &Mounted, src: &std::path::Path, name: &str) -> Result<(Peak, Duration)> {
+    let sampler = Sampler::start(&fs.bdi()?)?;
+    sh(&format!("cp {} {}", src.display(), fs.path(name).display()))?;
+    let t = Instant::now();
+    sh("sync")?;
+    let synced = t.elapsed();
+    Ok((sampler.finish(), synced))
+}
+
+/// A 30 MiB/s device, a copy at memory speed: the default piles it all up
+/// dirty and `sync` after it waits for it; the global limit keeps the
+/// device within 2 s of its bandwidth and `sync` within 1 s, and the
+/// administrator's limits are back when the daemon stops.
+#[test]
+fn a_copy_to_a_slow_device_is_paced_through_the_global_limit() -> Result<()> {
+    require_root();
+    let bw = 30 * MIB;
+    let size = scaled(384) * MIB;
+    let fs = Mounted::new(LoopDevice::throttled(1024, bw)?, "ext4")?;
+    let shm = Scratch::new_in("/dev/shm", "global-src")?;
+    let src = shm.0.join("src");
+    random_file(&src, size, 3)?;
+    let before = VmLimits::now()?;
+
+    let (default, default_sync) = copy_then_sync(&fs, &src, "default")?;
+    let daemon = Daemon::start_with_args(GLOBAL)?;
+    let (held, held_sync) = copy_then_sync(&fs, &src, "paced")?;
+    let log = daemon.stop()?;
+    fs.remount()?;
+    println!(
+        "  cp {} MiB to 30 MiB/s: peak dirty+writeback {} MiB, sync {:.2} s without the daemon; \
+         {} MiB, sync {:.2} s with the global limit",
+        size / MIB,
+        default.dirty_wb / MIB,
+        default_sync.as_secs_f64(),
+        held.dirty_wb / MIB,
+        held_sync.as_secs_f64()
+    );
+    assert!(same_content(&src, &fs.path("paced"))?, "the copy differs");
+    assert!(log.contains("pacing on: global"), "{log}");
+    assert!(log.contains("global dirty limits restored"), "{log}");
+    assert_eq!(VmLimits::now()?, before, "a clean stop restores the global limits:\n{log}");
+    assert!(default.dirty_wb > size / 2, "without the daemon the copy should pile up: {default:?}");
+    assert!(held.dirty_wb <= 2 * bw, "peak {} MiB is over 2 s of the device:\n{log}", held.dirty_wb / MIB);
+    assert!(held_sync < Duration::from_secs(1), "sync took {held_sync:?} after the paced copy:\n{log}");
+    Ok(())
+}
+
+/// Whatever mode the administrator's limits are in, ratio or bytes, kill -9
+/// while the agent's are in force leaves them lowered; `--restore` and the
+/// next start put back exactly what was there.
+#[test]
+fn killed_while_the_global_limit_is_lowered_the_values_come_back() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::throttled(1024, 30 * MIB)?, "ext4")?;
+    let ratio = VmLimits::now()?;
+    let bytes = VmLimits {
+        dirty_bytes: (2048 * MIB).to_string(),
+        dirty_ratio: "0".into(),
+        background_bytes: (512 * MIB).to_string(),
+        background_ratio: "0".into(),
+    };
+    for (mode, limits) in [("ratio", &ratio), ("bytes", &bytes)] {
+        let _guards = limits.set()?;
+        let expected = VmLimits::now()?;
+        for undo in ["--restore", "the next start"] {
+            let daemon = Daemon::start_with_args(GLOBAL)?;
+            let mut w =
+                Background::sh(&format!("head -c 512M /dev/zero | pv -qL 150m > {}", fs.path("stream").display()))?;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while VmLimits::now()? == expected {
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "{mode}: the limits were not lowered:\n{}",
+                    daemon.log_text()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let log = daemon.kill()?;
+            w.0.kill()?;
+            w.wait()?;
+            let lowered = VmLimits::now()?;
+            assert_ne!(lowered, expected, "{mode}: a killed daemon cannot restore:\n{log}");
+            println!(
+                "  {mode}: lowered to dirty_bytes={} background_bytes={}",
+                lowered.dirty_bytes, lowered.background_bytes
+            );
+            if undo == "--restore" {
+                let (status, out) = run_writebehindd(&["--restore"], Duration::from_secs(5))?;
+                assert!(status.success(), "--restore failed ({status}):\n{out}");
+            } else {
+                Daemon::start_with_args(GLOBAL)?.stop()?;
+            }
+            assert_eq!(VmLimits::now()?, expected, "{mode}: {undo} did not put the limits back:\n{log}");
+            sh("sync")?;
+        }
+    }
+    assert_eq!(VmLimits::now()?, ratio);
+    Ok(())
+}
+
+/// fio writing `mib` MiB sequentially to `file` and fsyncing it at the
+/// end: (MiB/s to the disk, by the wall clock, fsync included; the longest
+/// write() in ms).
+fn fio_writer(file: &std::path::Path, mib: u64) -> Result<(f64, f64)> {
+    let t = Instant::now();
+    let out = run(Command::new("fio").args([
+        "--name=other",
+        &format!("--filename={}", file.display()),
+        "--rw=write",
+        "--bs=1M",
+        &format!("--size={mib}M"),
+        "--ioengine=psync",
+        "--end_fsync=1",
+        "--output-format=json",
+    ]))?;
+    let mibs = mib as f64 / t.elapsed().as_secs_f64();
+    let v: serde_json::Value = serde_json::from_str(&out).context("fio's json")?;
+    let max_ms = v["jobs"][0]["write"]["clat_ns"]["max"].as_f64().unwrap_or(0.0) / 1e6;
+    Ok((mibs, max_ms))
+}
+
+/// The daemon starts while a copy has already left over 1 GiB dirty on a
+/// slow device: the limit comes down from the dirty level, not at once to
+/// the budget, below it, which makes every writer of every device sleep
+/// until the backlog drains.  So a writer to another device keeps going
+/// with no write() over a second, and the backlog drains.
+///
+/// Measured here (1 GiB and its fsync to an uncapped loop device, the
+/// backlog 1280 MiB at 100 MiB/s): 657-881 MiB/s without the daemon; while
+/// the backlog drains 224 MiB/s, longest write 31 ms, with the limit
+/// stepped down, 66 MiB/s and 487 ms with it written at once, 316 MiB/s
+/// with the per-device lever; once the slow device is paced, 282 MiB/s
+/// (241 per device).  What the other device loses is mostly its own
+/// pacing: its writer is a stream the daemon paces too, on either lever.
+#[test]
+fn a_backlog_at_start_drains_without_stalling_other_devices() -> Result<()> {
+    require_root();
+    let bw = 100 * MIB;
+    let backlog = scaled(1280) * MIB;
+    let slow = Mounted::new(LoopDevice::throttled(3072, bw)?, "ext4")?;
+    let fast = Mounted::new(LoopDevice::new(4096)?, "ext4")?;
+    let bdi = slow.bdi()?;
+    let mut copy = Background::sh(&format!(
+        "head -c {}M /dev/zero | pv -qL 1g > {}",
+        backlog / MIB + scaled(512),
+        slow.path("copy").display()
+    ))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sampler::bdi_dirty_writeback(&bdi)?.0 < backlog * 9 / 10 {
+        anyhow::ensure!(Instant::now() < deadline, "the copy did not pile up {} MiB", backlog / MIB);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let other = scaled(1024);
+    let (alone, _) = fio_writer(&fast.path("alone"), other)?;
+    let daemon = Daemon::start_with_args(GLOBAL)?;
+    let (draining, max_ms) = fio_writer(&fast.path("draining"), other)?;
+    let drained = Instant::now() + Duration::from_secs(backlog / bw + 30);
+    let mut last = u64::MAX;
+    while Instant::now() < drained {
+        let (d, wb) = sampler::bdi_dirty_writeback(&bdi)?;
+        last = d + wb;
+        if last <= 64 * MIB {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    copy.0.kill()?;
+    copy.wait()?;
+    // The slow device paced at its budget by a steady stream.
+    let _stream = Background::sh(&format!("head -c 4G /dev/zero | pv -qL 150m > {}", slow.path("stream").display()))?;
+    std::thread::sleep(Duration::from_secs(2));
+    let (paced, _) = fio_writer(&fast.path("paced"), other)?;
+    let log = daemon.stop()?;
+    println!(
+        "  the other device's writer: {alone:.0} MiB/s alone; {draining:.0} MiB/s, longest write {max_ms:.0} ms, \
+         while {} MiB dirty drained to {} MiB; {paced:.0} MiB/s while the slow device is paced",
+        backlog / MIB,
+        last / MIB
+    );
+    assert!(max_ms < 1000.0, "a write to the other device took {max_ms:.0} ms:\n{log}");
+    assert!(
+        draining > alone / 5.0,
+        "the other device's writer slowed to {draining:.0} MiB/s ({alone:.0} alone):\n{log}"
+    );
+    assert!(last <= 64 * MIB, "the backlog did not drain: {} MiB still dirty:\n{log}", last / MIB);
+    assert!(paced > alone / 5.0, "the other device's writer slowed to {paced:.0} MiB/s ({alone:.0} alone):\n{log}");
+    Ok(())
+}
