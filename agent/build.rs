@@ -13,18 +13,22 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CLANG");
 
     let clang = env::var("CLANG").unwrap_or_else(|_| "clang".into());
-    let obj = out.join("writebehind.bpf.o");
-    let status = Command::new(&clang)
-        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-D__TARGET_ARCH_x86"])
-        .arg("-I")
-        .arg(&bpf_dir)
-        .arg("-c")
-        .arg(bpf_dir.join("writebehind.bpf.c"))
-        .arg("-o")
-        .arg(&obj)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {clang}: {e}; install clang and libbpf-dev (see .ci/run)"));
-    assert!(status.success(), "{clang} failed to build bpf/writebehind.bpf.c");
+    // The object for kernels with bpf_loop (5.17+), and the compat one for
+    // those without (see bpf/stream.bpf.h).
+    for (name, defines) in [("writebehind.bpf.o", &[][..]), ("writebehind-compat.bpf.o", &["-DWB_COMPAT"][..])] {
+        let status = Command::new(&clang)
+            .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-D__TARGET_ARCH_x86"])
+            .args(defines)
+            .arg("-I")
+            .arg(&bpf_dir)
+            .arg("-c")
+            .arg(bpf_dir.join("writebehind.bpf.c"))
+            .arg("-o")
+            .arg(out.join(name))
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {clang}: {e}; install clang and libbpf-dev (see .ci/run)"));
+        assert!(status.success(), "{clang} failed to build bpf/writebehind.bpf.c {defines:?}");
+    }
 
     bindgen::Builder::default()
         .header(bpf_dir.join("writebehind.h").to_string_lossy())

@@ -16,6 +16,38 @@
 
 #include "writebehind.h"
 
+/*
+ * Kernels before 5.13 (Debian 11's 5.10) refuse a program that merely names
+ * a callback (bpf_loop's, 5.17) and have no bpf_get_current_task_btf (5.11);
+ * 5.15 (Ubuntu 22.04) has the second but not bpf_loop.  build.rs also
+ * compiles this file with -DWB_COMPAT, and the loader takes that object
+ * where the kernel has no bpf_loop: the task is read with probe reads and
+ * fd tables are walked in bounded loops (5.3+) of at most `max` steps, which
+ * the verifier walks one by one: a close walk's step calls stream_close as
+ * a global function (5.6+), verified once on its own (inlined, 256 steps
+ * were over a million instructions, on 6.18).  Closes at exit and by
+ * close_range are seen for the first CLOSE_WALK_COMPAT descriptors, the
+ * rest let go by the agent's idle check.  Everything else is the same code.
+ */
+#ifdef WB_COMPAT
+#define current_task()		((struct task_struct *)bpf_get_current_task())
+#define TASK_READ(p, f)		BPF_CORE_READ(p, f)
+#define fd_loop(n, step, ctx, max)					\
+	do {								\
+		__u32 __n = (n);					\
+		for (__u32 __i = 0; __i < (max) && __i < __n; __i++)	\
+			if (step(__i, ctx))				\
+				break;					\
+	} while (0)
+#else
+#define current_task()		bpf_get_current_task_btf()
+#define TASK_READ(p, f)		((p)->f)
+#define fd_loop(n, step, ctx, max)	bpf_loop(n, step, ctx, 0)
+#endif
+/* Steps of the compat object's loops: a descriptor search, a close walk. */
+#define FD_SEARCH_COMPAT	1024
+#define CLOSE_WALK_COMPAT	1024
+
 /* From include/linux/fs.h and uapi fcntl.h; not in BTF because they are macros. */
 #define FMODE_WRITE	0x2
 #define FMODE_RANDOM	0x1000		/* POSIX_FADV_RANDOM */
@@ -157,31 +189,35 @@ static __always_inline void stat_inc(__u32 idx)
 })
 
 /* The fd table entry for fd in task, or NULL.  The task pointer is trusted,
- * so the walk is plain loads; the table slot is read as a plain value. */
+ * so the walk is plain loads (probe reads in the compat object); the table
+ * slot is read as a plain value. */
 static __always_inline struct file *task_fd_file(struct task_struct *task, __u32 fd)
 {
-	struct files_struct *files = task->files;
+	struct files_struct *files = TASK_READ(task, files);
 	struct fdtable *fdt;
+	struct file **fds;
 	struct file *file = NULL;
 
 	if (!files)
 		return NULL;
-	fdt = files->fdt;
-	if (!fdt || fd >= fdt->max_fds)
+	fdt = TASK_READ(files, fdt);
+	if (!fdt || fd >= TASK_READ(fdt, max_fds))
 		return NULL;
-	bpf_probe_read_kernel(&file, sizeof(file), &fdt->fd[fd]);
+	fds = TASK_READ(fdt, fd);
+	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
 	return file;
 }
 
 static __always_inline struct file *current_fd_file(__u32 fd)
 {
-	return task_fd_file(bpf_get_current_task_btf(), fd);
+	return task_fd_file(current_task(), fd);
 }
 
 /* The fentry hooks see a struct file, not a descriptor; the agent reaches a
  * streaming writer's file through its fd (/proc/<pid>/fd/<fd>).  Found by scanning
  * the fd table, once per window, not per write.  Beyond FD_SCAN descriptors
- * the event carries -1 and the agent opens the inode by handle instead. */
+ * (FD_SEARCH_COMPAT in the compat object) the event carries -1 and the agent
+ * opens the inode by handle instead. */
 #define FD_SCAN 4096
 
 struct fd_search {
@@ -204,20 +240,20 @@ static long fd_search_step(__u32 i, void *data)
 
 static __always_inline __s32 current_fd_of(struct file *file)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 	struct fd_search s = { .want = file, .found = -1 };
-	struct files_struct *files = task->files;
+	struct files_struct *files = TASK_READ(task, files);
 	struct fdtable *fdt;
 	__u32 n;
 
 	if (!files)
 		return -1;
-	fdt = files->fdt;
+	fdt = TASK_READ(files, fdt);
 	if (!fdt)
 		return -1;
-	n = fdt->max_fds;
-	s.fds = fdt->fd;
-	bpf_loop(n < FD_SCAN ? n : FD_SCAN, fd_search_step, &s, 0);
+	n = TASK_READ(fdt, max_fds);
+	s.fds = TASK_READ(fdt, fd);
+	fd_loop(n < FD_SCAN ? n : FD_SCAN, fd_search_step, &s, FD_SEARCH_COMPAT);
 	return s.found;
 }
 

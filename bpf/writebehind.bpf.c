@@ -68,9 +68,9 @@ char LICENSE[] SEC("license") = "GPL";
 
 static __always_inline void wrote(__s32 fd, __s64 pos, long ret)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 
-	if (task->thread_info.status & TS_COMPAT)
+	if (TASK_READ(task, thread_info.status) & TS_COMPAT)
 		return;	/* ia32 numbers mean other syscalls */
 	stream_write(task_fd_file(task, fd), fd, pos, ret);
 }
@@ -183,6 +183,18 @@ struct fd_walk {
 	__u32 first;
 };
 
+#ifdef WB_COMPAT
+/* Global: verified once, not at each step of a walk (bpf/stream.bpf.h). */
+__noinline int close_walked_file(__u64 file, __u32 fd)
+{
+	if (file)
+		stream_close((struct file *)file, fd);
+	return 0;
+}
+#else
+#define close_walked_file(f, fd)	stream_close((struct file *)(f), fd)
+#endif
+
 static long close_walked(__u32 i, void *data)
 {
 	struct fd_walk *w = data;
@@ -191,7 +203,7 @@ static long close_walked(__u32 i, void *data)
 
 	bpf_probe_read_kernel(&file, sizeof(file), &w->fds[fd]);
 	if (file)
-		stream_close(file, fd);
+		close_walked_file((__u64)file, fd);
 	return 0;
 }
 
@@ -211,7 +223,7 @@ static __always_inline void close_fd_range(struct task_struct *task, __u32 first
 		return;
 	w.fds = BPF_CORE_READ(fdt, fd);
 	w.first = first;
-	bpf_loop(last - first + 1, close_walked, &w, 0);
+	fd_loop(last - first + 1, close_walked, &w, CLOSE_WALK_COMPAT);
 }
 
 SEC("tracepoint/syscalls/sys_enter_close_range")
@@ -219,7 +231,7 @@ int wb_enter_close_range(struct trace_event_raw_sys_enter *ctx)
 {
 	if (ctx->args[2] & CLOSE_RANGE_CLOEXEC)
 		return 0;
-	close_fd_range(bpf_get_current_task_btf(), ctx->args[0], ctx->args[1]);
+	close_fd_range(current_task(), ctx->args[0], ctx->args[1]);
 	return 0;
 }
 
@@ -287,10 +299,10 @@ int BPF_PROG(wb_dirty_folio, struct folio *folio, struct address_space *mapping)
  * the tracepoint backend never sees them either. */
 static __always_inline void vfs_wrote(struct file *file, loff_t *pos, long ret, int flags)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = current_task();
 	__s64 end = -1;
 
-	if (ret <= 0 || (flags & RWF_NO_CACHE) || (task->flags & PF_KTHREAD))
+	if (ret <= 0 || (flags & RWF_NO_CACHE) || (TASK_READ(task, flags) & PF_KTHREAD))
 		return;
 	if (pos && bpf_probe_read_kernel(&end, sizeof(end), pos))
 		return;

@@ -3,6 +3,8 @@
 //! fentry wherever the kernel allows it.  This machine's kernel refuses
 //! fentry, so the differential test does its work under `cargo xtask
 //! vmtest` (a stock Debian kernel); here it says it has nothing to compare.
+//! The compat object (kernels without bpf_loop, bpf/stream.bpf.h) is
+//! compared with the full one on whichever backend the kernel gives.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -58,10 +60,10 @@ struct Decision {
 /// Writes through every covered path: write (dd), pwrite and writev
 /// (python), a multi-file writer (tar x), cp -r; then the decisions the
 /// daemon logged for the files it made, by path.
-fn decisions(fs: &Mounted, src: &std::path::Path, backend: &str) -> Result<BTreeSet<Decision>> {
-    let dir = fs.path(backend);
+fn decisions(fs: &Mounted, src: &std::path::Path, backend: &str, object: &str) -> Result<BTreeSet<Decision>> {
+    let dir = fs.path(&format!("{backend}-{object}"));
     std::fs::create_dir_all(&dir)?;
-    let daemon = Daemon::start_traced(POLICY, &["--backend", backend])?;
+    let daemon = Daemon::start_traced(POLICY, &["--backend", backend], &[("WB_BPF_OBJECT", object)])?;
     let d = dir.display();
     sh(&format!("dd if=/dev/zero of={d}/dd bs=1M count=40 status=none"))?;
     sh(&format!(
@@ -105,24 +107,40 @@ fn both_backends_make_the_same_decisions() -> Result<()> {
         println!("this kernel refuses fentry: nothing to compare here (cargo xtask vmtest runs this test)");
         return Ok(());
     }
+    let (shm, fs) = workload()?;
+    let fentry = decisions(&fs, &shm.0, "fentry", "")?;
+    let tracepoint = decisions(&fs, &shm.0, "tracepoint", "")?;
+    same_decisions(("fentry", &fentry), ("tracepoint", &tracepoint));
+    Ok(())
+}
+
+/// The compat object, for kernels without bpf_loop (5.10, 5.15), decides as
+/// the full one does on the backend this kernel gives.
+#[test]
+fn the_compat_object_makes_the_same_decisions() -> Result<()> {
+    require_root();
+    let backend = if fentry_loads()? { "fentry" } else { "tracepoint" };
+    let (shm, fs) = workload()?;
+    let full = decisions(&fs, &shm.0, backend, "")?;
+    let compat = decisions(&fs, &shm.0, backend, "compat")?;
+    same_decisions(("full", &full), ("compat", &compat));
+    Ok(())
+}
+
+/// The source tree and tarball, and the filesystem written to.
+fn workload() -> Result<(Scratch, Mounted)> {
     let shm = Scratch::new_in("/dev/shm", "diff")?;
     random_tree(&shm.0.join("tree"), 60, 4096, 1 << 20, 5)?;
     sh(&format!("tar -cf {0}/src.tar -C {0}/tree .", shm.0.display()))?;
-    let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
-    let fentry = decisions(&fs, &shm.0, "fentry")?;
-    let tracepoint = decisions(&fs, &shm.0, "tracepoint")?;
+    Ok((shm, Mounted::new(LoopDevice::new(1024)?, "ext4")?))
+}
+
+fn same_decisions(a: (&str, &BTreeSet<Decision>), b: (&str, &BTreeSet<Decision>)) {
     let spans = |s: &BTreeSet<Decision>| s.iter().filter(|d| d.kind == "Span").count();
-    println!(
-        "fentry: {} decisions ({} spans), tracepoint: {} ({} spans)",
-        fentry.len(),
-        spans(&fentry),
-        tracepoint.len(),
-        spans(&tracepoint)
-    );
+    println!("{}: {} decisions ({} spans), {}: {} ({} spans)", a.0, a.1.len(), spans(a.1), b.0, b.1.len(), spans(b.1));
     // The workload streams: 40 + 30 + 30 MiB in 8 MiB windows at least.
-    assert!(spans(&fentry) >= 10, "too few decisions to compare: {fentry:#?}");
-    let only_f: Vec<_> = fentry.difference(&tracepoint).collect();
-    let only_t: Vec<_> = tracepoint.difference(&fentry).collect();
-    assert!(only_f.is_empty() && only_t.is_empty(), "only fentry: {only_f:#?}\nonly tracepoint: {only_t:#?}");
-    Ok(())
+    assert!(spans(a.1) >= 10, "too few decisions to compare: {:#?}", a.1);
+    let only_a: Vec<_> = a.1.difference(b.1).collect();
+    let only_b: Vec<_> = b.1.difference(a.1).collect();
+    assert!(only_a.is_empty() && only_b.is_empty(), "only {}: {only_a:#?}\nonly {}: {only_b:#?}", a.0, b.0);
 }

@@ -198,7 +198,7 @@ fn an_unprivileged_writer_moves_only_its_own_file() -> Result<()> {
     require_root();
     let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
     let dir = nobodys_dir(&fs)?;
-    let daemon = Daemon::start_traced("window = \"8MiB\"\nburst = \"4MiB\"\n", &[])?;
+    let daemon = Daemon::start_traced("window = \"8MiB\"\nburst = \"4MiB\"\n", &[], &[])?;
     let file = dir.join("own");
     // setpriv execs dd: the child's pid is the writer's.
     let mut dd = as_nobody("dd")

@@ -348,7 +348,7 @@ fn one_user_cannot_take_every_stream() -> Result<()> {
     require_root();
     let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
     let dir = fs.nobodys_dir("nobody")?;
-    let daemon = Daemon::start_traced(POLICY, &["--max-streams", "8"])?;
+    let daemon = Daemon::start_traced(POLICY, &["--max-streams", "8"], &[])?;
     let d = dir.display();
     let _users = Background::spawn(
         as_nobody("sh")

@@ -75,7 +75,7 @@ fn files_changed_under_a_stream_are_never_confused() -> Result<()> {
     require_root();
     let fs = Mounted::new(LoopDevice::new(scaled(1024).max(320))?, "ext4")?;
     let d = fs.dir.display().to_string();
-    let daemon = Daemon::start_traced(POLICY, &[])?;
+    let daemon = Daemon::start_traced(POLICY, &[], &[])?;
     let script = format!(
         r#"
 import os, time
@@ -342,7 +342,7 @@ fn writer_killed_mid_write_keeps_its_data() -> Result<()> {
 fn streams_beyond_the_cap_are_left_to_the_kernel() -> Result<()> {
     require_root();
     let fs = Mounted::new(LoopDevice::new(2048)?, "ext4")?;
-    let daemon = Daemon::start_traced(POLICY, &["--max-streams", "8"])?;
+    let daemon = Daemon::start_traced(POLICY, &["--max-streams", "8"], &[])?;
     let pid = daemon.pid();
     let base = open_fds(pid);
     let d = fs.dir.display().to_string();

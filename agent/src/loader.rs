@@ -23,6 +23,14 @@ use crate::{
 pub type CgroupMap = aya::maps::HashMap<MapData, u64, wb_policy>;
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writebehind.bpf.o"));
+/// The same programs for kernels without bpf_loop (before 5.17: Debian 11's
+/// 5.10, Ubuntu 22.04's 5.15): probe reads of the task and bounded loops
+/// (bpf/stream.bpf.h, WB_COMPAT).
+static BPF_OBJECT_COMPAT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writebehind-compat.bpf.o"));
+/// Set to "compat", the compat object is loaded whatever the kernel has
+/// (the tests run it on this kernel too).
+const OBJECT_ENV: &str = "WB_BPF_OBJECT";
+const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 
@@ -95,21 +103,43 @@ pub fn check_environment() -> Result<()> {
              opens other processes' files (CAP_SYS_PTRACE) and writes bdi settings"
         );
     }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+    if !Path::new(VMLINUX_BTF).exists() {
         bail!(
             "this kernel has no BTF (/sys/kernel/btf/vmlinux is missing); \
              writebehindd needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
         );
     }
+    // The oldest kernel: 5.8, for the BPF ring buffer (and tp_btf, 5.5);
+    // 5.10 is the oldest one tested (cargo xtask vmtest).  By feature, not
+    // by version: distribution kernels backport.
+    if !kernel_knows(&std::fs::read(VMLINUX_BTF)?, "BPF_MAP_TYPE_RINGBUF") {
+        bail!(
+            "this kernel has no BPF ring buffer: writebehindd needs Linux 5.8 or later (or a kernel with it backported)"
+        );
+    }
     Ok(())
+}
+
+/// Whether the kernel's BTF names `what` (an enumerator such as a BPF
+/// helper's BPF_FUNC_ id or a map type), as a whole string of its table.
+fn kernel_knows(btf: &[u8], what: &str) -> bool {
+    let want = format!("\0{what}\0");
+    btf.windows(want.len()).any(|w| w == want.as_bytes())
+}
+
+/// The BPF object for this kernel: the compat one where bpf_loop is
+/// missing (or WB_BPF_OBJECT=compat); its name for the backend's.
+fn object(btf: &[u8]) -> (&'static [u8], &'static str) {
+    let forced = std::env::var(OBJECT_ENV).is_ok_and(|v| v == "compat");
+    if forced || !kernel_knows(btf, "BPF_FUNC_loop") { (BPF_OBJECT_COMPAT, "+compat") } else { (BPF_OBJECT, "") }
 }
 
 impl Loaded {
     pub fn load_and_attach(mut cfg: wb_config, backend: Backend) -> Result<Self> {
         let tracefs = TracefsMount::ensure()?;
         let btf = Btf::from_sys_fs().context("reading kernel BTF from /sys/kernel/btf/vmlinux")?;
-        let ebpf =
-            EbpfLoader::new().btf(Some(&btf)).load(BPF_OBJECT).context("loading the BPF object into the kernel")?;
+        let (object, compat) = object(&std::fs::read(VMLINUX_BTF)?);
+        let ebpf = EbpfLoader::new().btf(Some(&btf)).load(object).context("loading the BPF object into the kernel")?;
         let mut me = Self { ebpf, _tracefs: tracefs, backend: String::new() };
 
         // (the backend's name, the write syscalls left to wb_sys_exit)
@@ -155,6 +185,7 @@ impl Loaded {
             p.load(tp, &btf).with_context(|| format!("loading {prog}"))?;
             p.attach().with_context(|| format!("attaching {prog} to tp_btf/{tp} (needs CONFIG_DEBUG_INFO_BTF)"))?;
         }
+        me.backend += compat;
         let (prog, tp) = DIRTY_FOLIO;
         let p: &mut BtfTracePoint = me.program(prog)?;
         match p.load(tp, &btf).and_then(|_| p.attach().map(drop)) {

@@ -24,6 +24,8 @@ struct Launch<'a> {
     args: &'a [&'a str],
     /// RUST_LOG; default WB_TEST_LOG or "info".
     log_filter: Option<&'a str>,
+    /// More environment (WB_BPF_OBJECT=compat).
+    env: &'a [(&'a str, &'a str)],
 }
 
 pub struct Daemon {
@@ -58,12 +60,14 @@ impl Daemon {
         Self::spawn(Launch { policy: Some(policy), ..Launch::default() })
     }
 
-    /// With a policy and arguments, logging every event it receives.
-    pub fn start_traced(policy: &str, args: &[&str]) -> Result<Self> {
+    /// With a policy, arguments and environment, logging every event it
+    /// receives.
+    pub fn start_traced(policy: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Self> {
         Self::spawn(Launch {
             policy: Some(policy),
             args,
             log_filter: Some("info,writebehindd::streams=debug"),
+            env,
             ..Launch::default()
         })
     }
@@ -74,7 +78,7 @@ impl Daemon {
     }
 
     fn spawn(l: Launch) -> Result<Self> {
-        let Launch { wrapper, exe, policy, args, log_filter } = l;
+        let Launch { wrapper, exe, policy, args, log_filter, env } = l;
         let default_exe = daemon_exe();
         let exe = exe.unwrap_or(&default_exe);
         if !exe.exists() {
@@ -108,6 +112,7 @@ impl Daemon {
             cmd.arg("--policy").arg(file);
         }
         let child = cmd
+            .envs(env.iter().copied())
             .env(
                 "RUST_LOG",
                 log_filter.map(String::from).or_else(|| std::env::var("WB_TEST_LOG").ok()).unwrap_or("info".into()),
