@@ -120,6 +120,21 @@ pub fn check_environment() -> Result<()> {
     Ok(())
 }
 
+/// Why a syscall tracepoint's perf event may be refused: Debian's kernels
+/// default to kernel.perf_event_paranoid=3, their own level, at which
+/// perf_event_open refuses whoever lacks CAP_SYS_ADMIN (EACCES), which the
+/// unit does not grant (systemd/writebehindd.service says how to).
+fn paranoid_hint() -> &'static str {
+    let level = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok();
+    match level.and_then(|l| l.trim().parse::<i32>().ok()) {
+        Some(l) if l > 2 => {
+            "; kernel.perf_event_paranoid is above 2, where perf events need CAP_SYS_ADMIN: \
+             under systemd, `systemctl edit writebehindd` and add CapabilityBoundingSet=CAP_SYS_ADMIN"
+        }
+        _ => "",
+    }
+}
+
 /// Whether the kernel's BTF names `what` (an enumerator such as a BPF
 /// helper's BPF_FUNC_ id or a map type), as a whole string of its table.
 fn kernel_knows(btf: &[u8], what: &str) -> bool {
@@ -171,7 +186,10 @@ impl Loaded {
                 let p: &mut TracePoint = me.program(prog)?;
                 p.load().with_context(|| format!("loading {prog}"))?;
                 p.attach("syscalls", tp).with_context(|| {
-                    format!("attaching {prog} to syscalls/{tp} (needs a kernel with CONFIG_FTRACE_SYSCALLS)")
+                    format!(
+                        "attaching {prog} to syscalls/{tp} (needs a kernel with CONFIG_FTRACE_SYSCALLS){}",
+                        paranoid_hint()
+                    )
                 })?;
             }
         }
