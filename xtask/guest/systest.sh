@@ -1,5 +1,5 @@
 #!/bin/bash
-# The system test of `cargo xtask systest`, run as root inside the Debian 12
+# The system test of `cargo xtask systest`, run as root inside the Debian
 # guest (systemd as PID 1) by wb-systest.service from the read-only disk
 # mounted at /run/systest, which also holds what to install: a .deb
 # (writebehindd.deb) or, with --no-deb, the binaries and the unit (files/).  Each result is one line on the serial console:
@@ -93,7 +93,7 @@ not_running() {
 }
 
 if [ ! -e $STATE/installed ]; then
-echo "systest: kernel $(uname -r), $(systemctl --version | head -1)"
+echo "systest: kernel $(uname -r), $(. /etc/os-release && echo "$PRETTY_NAME"), $(systemctl --version | head -1)"
 check "pid1-is-systemd" [ "$(cat /proc/1/comm)" = systemd ]
 check "cgroup2-unified" [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]
 # systemd-analyze waits for the whole boot, which ends with this test:
@@ -133,7 +133,11 @@ check "ready-reached" [ "$ready" -gt "$start" ]
 check "fentry-backend" logged "backend=fentry"
 [ "$(prop MainPID)" = 0 ] && not_running
 touch $STATE/installed
-((failed)) && exit 1
+if ((failed)); then
+    echo "systest: the service's journal:"
+    log | tail -30 | sed 's/^/systest:   /'
+    exit 1
+fi
 umount /mnt/wb
 exit 100
 fi

@@ -1,11 +1,14 @@
-//! A Debian 12 guest with systemd as PID 1, for `cargo xtask systest`.
+//! Debian guests with systemd as PID 1, for `cargo xtask systest`, and
+//! Debian's stock kernels (kernels.rs) for them and for `vmtest`.
 //!
-//! mmdebstrap builds a minbase root with systemd, udev, dbus and both of
-//! Debian 12's stock kernels (6.1 and 6.12 from bookworm-security); the
-//! kernel packages make their initrds inside the chroot.  The root becomes
-//! an ext4 image (`mkfs.ext4 -d`) cached under target/guest/<hash of
-//! everything that goes into it>/, so only a changed package list or boot
-//! unit rebuilds it (measured: 51-98 s, mostly downloads; 770 MiB).  qemu boots
+//! mmdebstrap builds a minbase root of a suite (ROOTS: Debian 13 for its
+//! own 6.12 and sid's 7.2, Debian 12 for its 6.1 and Debian 11's 5.10)
+//! with systemd, udev, dbus and the kernels' packages, which make their
+//! initrds inside the chroot.  The root becomes an ext4 image (`mkfs.ext4
+//! -d`) cached under target/guest/<suite>-<hash of everything that goes
+//! into it, the kernels' package versions too>/, so only a changed package
+//! list, boot unit or kernel rebuilds it (measured: 51-98 s, mostly
+//! downloads; 770 MiB).  qemu boots
 //! it with -kernel/-initrd copied out of its /boot, the root disk in
 //! snapshot mode so the cache stays clean, and a second, read-only disk
 //! carrying the test (xtask/guest/ + what to install), which the image's
@@ -22,17 +25,33 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
+pub mod kernels;
 mod sticks;
 pub use sticks::Sticks;
 
-const SUITE: &str = "bookworm";
-const MIRRORS: &[&str] = &[
-    "deb http://deb.debian.org/debian bookworm main",
-    "deb http://deb.debian.org/debian bookworm-updates main",
-    "deb http://deb.debian.org/debian-security bookworm-security main",
+/// A root to build and the kernels it boots.
+pub struct Root {
+    pub suite: &'static str,
+    sources: &'static [&'static str],
+    kernels: &'static [&'static str],
+}
+
+/// Debian 13 is the main root; Debian 12's systemd 252 boots its own 6.1
+/// and Debian 11's 5.10 (trixie's systemd 257 would too, but 5.10 is what
+/// Debian 11 and 12 machines run, so it goes with the older root).
+pub const ROOTS: &[Root] = &[
+    Root { suite: "trixie", sources: kernels::TRIXIE, kernels: &["6.12", "7.2"] },
+    Root { suite: "bookworm", sources: kernels::BOOKWORM, kernels: &["6.1", "5.10"] },
 ];
-/// Beyond minbase: systemd as init, the two kernels, and what the test
-/// script uses (mkfs.ext4 for its loop filesystem, pv for a paced writer,
+
+/// The root that boots kernel `version`.
+pub fn root_for(version: &str) -> Result<&'static Root> {
+    ROOTS.iter().find(|r| r.kernels.contains(&version)).with_context(|| format!("no root boots kernel {version}"))
+}
+
+/// Beyond minbase: systemd as init, initramfs-tools for the kernels (whose
+/// packages, fetched by kernels.rs, are installed from their files at the
+/// end), and what the test script uses (mkfs.ext4 for its loop filesystem, pv for a paced writer,
 /// procps for pgrep; for the USB sticks mkfs.vfat, mkfs.exfat, mkfs.ntfs,
 /// rsync and GLib's `gio copy`).  systemd-analyze and journalctl come with
 /// systemd.
@@ -41,8 +60,7 @@ const PACKAGES: &[&str] = &[
     "systemd-sysv",
     "udev",
     "dbus",
-    "linux-image-amd64",
-    "linux-image-6.12-amd64",
+    "initramfs-tools",
     "e2fsprogs",
     "procps",
     "kmod",
@@ -108,17 +126,27 @@ fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }
 
-fn target_dir() -> Result<PathBuf> {
+/// The workspace's target directory, made if missing.
+pub fn target_dir() -> Result<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
     fs::create_dir_all(&target)?;
     Ok(fs::canonicalize(&target)?)
 }
 
-/// The cached image, built first if nothing that goes into it is cached.
-pub fn image() -> Result<Image> {
-    let recipe =
-        format!("{SUITE}\n{MIRRORS:?}\n{PACKAGES:?}\n{INITRAMFS_HOOK}\n{MASKED:?}\n{TEST_TARGET}{TEST_SERVICE}{FSTAB}");
-    let dir = target_dir()?.join("guest").join(format!("{:016x}", fnv(&recipe)));
+/// Where kernel packages are copied into the root to be installed.
+const KERNEL_DEBS: &str = "/var/cache/wb-kernels";
+
+/// `root`'s cached image, built first if nothing that goes into it is
+/// cached (its kernels' newest packages are fetched first).
+pub fn image(root: &Root) -> Result<Image> {
+    let suite = root.suite;
+    let sources = root.sources;
+    let debs = kernels::newest_of_each(&kernels::fetch(root.kernels)?)?;
+    let names: Vec<String> = debs.iter().map(|d| d.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    let recipe = format!(
+        "{suite}\n{sources:?}\n{PACKAGES:?}\n{names:?}\n{INITRAMFS_HOOK}\n{MASKED:?}\n{TEST_TARGET}{TEST_SERVICE}{FSTAB}"
+    );
+    let dir = target_dir()?.join("guest").join(format!("{suite}-{:016x}", fnv(&recipe)));
     let image = Image { disk: dir.join("root.img"), dir: dir.clone() };
     if dir.join("ok").exists() {
         return Ok(image);
@@ -129,15 +157,24 @@ pub fn image() -> Result<Image> {
     let _ = fs::remove_dir_all(&build);
     let root = build.join("root");
     fs::create_dir_all(&build)?;
-    println!("guest: building the Debian root with mmdebstrap (cached in {})", dir.display());
+    println!("guest: building the Debian {suite} root with mmdebstrap (cached in {})", dir.display());
+    // The kernels from their files, with what they need from the suite
+    // (apt inside the chroot; mmdebstrap's own --include of a file wants it
+    // at the same path inside and out).
+    let mut copy_in = format!("copy-in {}", debs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(" "));
+    copy_in += &format!(" {KERNEL_DEBS}");
     let mmdebstrap = || {
         run(Command::new("mmdebstrap")
             .args(["--mode=root", "--variant=minbase", "--aptopt=APT::Install-Recommends \"false\""])
             .arg(format!("--include={}", PACKAGES.join(",")))
             .arg(format!("--essential-hook={INITRAMFS_HOOK}"))
-            .arg(SUITE)
+            .arg(format!("--customize-hook=mkdir -p \"$1{KERNEL_DEBS}\""))
+            .arg(format!("--customize-hook={copy_in}"))
+            .arg(format!("--customize-hook=chroot \"$1\" sh -c 'apt-get install -y -q {KERNEL_DEBS}/*.deb'"))
+            .arg(format!("--customize-hook=rm -r \"$1{KERNEL_DEBS}\""))
+            .arg(suite)
             .arg(&root)
-            .args(MIRRORS))
+            .args(sources))
     };
     // Once in five builds here the essential packages' configuration
     // failed (base-files' postinst: "chown: invalid user: 'root:root'");
@@ -173,10 +210,12 @@ pub fn image() -> Result<Image> {
     fs::write(build.join("ok"), recipe)?;
     let _ = fs::remove_dir_all(&dir);
     fs::rename(&build, &dir)?;
-    // Images of other recipes are stale (about 800 MiB each on disk).
+    // This suite's images of other recipes are stale (about 800 MiB each
+    // on disk).
     for old in fs::read_dir(dir.parent().unwrap())? {
         let old = old?.path();
-        if old != dir && old.join("root.img").exists() {
+        let same_suite = old.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{suite}-")));
+        if old != dir && same_suite && old.join("root.img").exists() {
             fs::remove_dir_all(&old)?;
         }
     }
@@ -201,14 +240,13 @@ fn customize(root: &Path) -> Result<()> {
 }
 
 impl Image {
-    /// The kernel whose release starts with `version` ("6.1" matches
-    /// 6.1.0-56-amd64, not 6.12...).
+    /// The kernel of `version`'s line ("6.1" matches 6.1.0-56-amd64, not
+    /// 6.12...).
     pub fn kernel(&self, version: &str) -> Result<Kernel> {
         for f in fs::read_dir(&self.dir)? {
             let name = f?.file_name().to_string_lossy().into_owned();
             let Some(release) = name.strip_prefix("vmlinuz-") else { continue };
-            let rest = release.strip_prefix(version).unwrap_or("x");
-            if rest.starts_with(['.', '-', '+']) {
+            if kernels::is_of(release, version) {
                 return Ok(Kernel {
                     release: release.to_owned(),
                     vmlinuz: self.dir.join(&name),

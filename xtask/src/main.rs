@@ -2,8 +2,8 @@
 //!
 //!   cargo xtask run [-- ARGS]   build (release) and run the daemon in the foreground
 //!   cargo xtask test            build everything, run every test (root; real BPF)
-//!   cargo xtask vmtest          the tests on a stock kernel under qemu (fentry backend)
-//!   cargo xtask systest         the service under systemd on Debian 12 and its stock kernels
+//!   cargo xtask vmtest          the tests on Debian's stock kernels under qemu (fentry backend)
+//!   cargo xtask systest         the service under systemd on Debian 12 and 13, their stock kernels
 //!   cargo xtask bench [--quick] measure write-behind against the alternatives
 //!   cargo xtask deb [--check]   build the Debian package (and check it)
 
@@ -27,12 +27,16 @@ commands:
   test [ARGS]        build, then run all tests (needs root: they load BPF and make loop devices);
                      ARGS go to cargo test (e.g. a test name filter)
   bench [--quick]    run the benchmark scenarios side by side with the kernel default
-  vmtest [--quick]   run the integration tests on a stock Debian kernel under qemu (TCG),
-                     on the fentry backend and on the tracepoint backend (about 25 min;
-                     --quick, which `test` runs: fewer tests, fentry only, about 4 min)
-  systest [--quick] [--kernel 6.1|6.12] [--deb FILE|--no-deb] [--only usb]
-                     the service under systemd (PID 1) in a Debian 12 guest built with
-                     mmdebstrap (cached in target/guest), on each stock kernel under qemu:
+  vmtest [--quick] [--kernel V[,V...]] [--only TEST[,TEST...]] [--backend fentry|tracepoint]
+                     run the integration tests on Debian's stock kernels under qemu (TCG):
+                     5.10 (Debian 11's, the oldest supported), 6.1, 6.12 and 7.2 (sid), on the
+                     fentry backend and on the tracepoint backend, the differential test on the
+                     oldest and the newest (--quick, which `test` runs: fewer tests, most on
+                     fentry only; --only: these test binaries; --backend: this one only)
+  systest [--quick] [--kernel V[,V...]] [--deb FILE|--no-deb] [--only usb] [--images]
+                     the service under systemd (PID 1) on each stock kernel under qemu, 5.10 and
+                     6.1 in a Debian 12 guest, 6.12 and 7.2 in a Debian 13 one, built with
+                     mmdebstrap (cached in target/guest; --images: only build them):
                      apt install of the .deb (built first; --no-deb: debug binaries + unit
                      copied), enable --now, READY, fentry, no watchdog restart, journal,
                      kill -9, security exposure, purge; USB sticks (vfat, exFAT, ntfs3 on a
@@ -124,11 +128,11 @@ fn test(args: &[String]) -> Result<()> {
         // The bench is not a test, but its harness is: set up the throttled
         // device, one short run per mode, tear down.
         bench::main(&["--smoke".into(), "--out".into(), "target/bench/smoke".into()])?;
-        // This kernel refuses fentry: the fentry backend is tested on a
-        // stock kernel under emulation.
+        // This kernel refuses fentry: the fentry backend is tested on
+        // Debian's stock kernels under emulation, the oldest and the newest.
         vmtest::main(&["--quick".into()])?;
-        // The package as a service under systemd (PID 1, cgroup v2) on
-        // Debian 12's stock kernels 6.1 and 6.12 (about 3.5 min each).
+        // The package as a service under systemd (PID 1, cgroup v2) on each
+        // of Debian's stock kernels, 5.10 to 7.2.
         systest::main(&["--quick".into()])?;
     }
     Ok(())

@@ -1,8 +1,9 @@
-//! `cargo xtask systest [--quick] [--kernel 6.1|6.12]`: writebehindd as a
-//! system service on Debian 12 with systemd as PID 1, on each of Debian's
-//! stock kernels under qemu (TCG: KVM here cannot run them).
+//! `cargo xtask systest [--quick] [--kernel V[,V...]]`: writebehindd as a
+//! system service with systemd as PID 1, on each of Debian's stock kernels
+//! under qemu (TCG: KVM here cannot run them): 5.10 and 6.1 on Debian 12,
+//! 6.12 and 7.2 on Debian 13 (guest::ROOTS).
 //!
-//! The guest image comes from guest.rs (cached); the test itself,
+//! The guest images come from guest.rs (cached); the test itself,
 //! xtask/guest/systest.sh, and what it installs go on a second disk, so
 //! changing either does not rebuild the image.  It installs the .deb with
 //! apt from the local file (`cargo xtask deb`'s, built now, or --deb FILE;
@@ -25,7 +26,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::guest;
+use crate::guest::{self, kernels};
 
 const SCRIPT: &str = include_str!("../guest/systest.sh");
 const USB_SCRIPT: &str = include_str!("../guest/usb.sh");
@@ -33,7 +34,6 @@ const USB_SCRIPT: &str = include_str!("../guest/usb.sh");
 const STICK_SIZE: u64 = 4 << 30;
 /// A USB 2 stick's write bandwidth; the full run also throttles to 10 MiB/s.
 const STICK_BPS: u64 = 30 << 20;
-const KERNELS: &[&str] = &["6.1", "6.12"];
 /// Seconds the service must keep its first process (the watchdog's
 /// WatchdogSec is 10 s): the issue asks for a minute; without --quick, 5.
 const WATCH_QUICK: u64 = 60;
@@ -119,19 +119,21 @@ fn results(log: &[String]) -> (Option<i32>, Vec<String>) {
 
 pub fn main(args: &[String]) -> Result<()> {
     let mut quick = false;
-    let mut kernels: Vec<&str> = KERNELS.to_vec();
+    let mut versions: Vec<&str> = kernels::LINES.iter().map(|l| l.version).collect();
     let mut deb = None;
     let mut no_deb = false;
     let mut only_usb = false;
+    let mut images_only = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match (a.as_str(), it.clone().next()) {
             ("--quick", _) => quick = true,
-            ("--kernel", Some(k)) if KERNELS.contains(&k.as_str()) => {
-                kernels = vec![KERNELS.iter().find(|x| *x == k).unwrap()];
+            ("--kernel", Some(k)) => {
+                versions = k.split(',').map(|v| Ok(kernels::line(v)?.version)).collect::<Result<_>>()?;
                 it.next();
             }
             ("--no-deb", _) => no_deb = true,
+            ("--images", _) => images_only = true,
             ("--only", Some(o)) if o == "usb" => {
                 only_usb = true;
                 it.next();
@@ -140,11 +142,21 @@ pub fn main(args: &[String]) -> Result<()> {
                 deb = Some(PathBuf::from(f));
                 it.next();
             }
-            _ => bail!("usage: cargo xtask systest [--quick] [--kernel 6.1|6.12] [--deb FILE|--no-deb] [--only usb]"),
+            _ => bail!(
+                "usage: cargo xtask systest [--quick] [--kernel V[,V...]] [--deb FILE|--no-deb] [--only usb] [--images]"
+            ),
         }
     }
     guest::need("qemu-system-x86_64", "qemu-system-x86")?;
     guest::need("mkfs.ext4", "e2fsprogs")?;
+    if images_only {
+        // Only build (or find) the kernels' roots, booting nothing.
+        for v in &versions {
+            let image = guest::image(guest::root_for(v)?)?;
+            println!("systest: {} boots {}", image.disk.display(), image.kernel(v)?.release);
+        }
+        return Ok(());
+    }
     let payload = match deb {
         Some(d) => Payload::Deb(d),
         None if no_deb => {
@@ -156,8 +168,7 @@ pub fn main(args: &[String]) -> Result<()> {
             Payload::Deb(newest_deb()?.context("cargo xtask deb left no target/deb/*.deb")?)
         }
     };
-    let image = guest::image()?;
-    let dir = image.disk.parent().unwrap().parent().unwrap().join("systest");
+    let dir = guest::target_dir()?.join("guest/systest");
     share(&dir.join("share"), &payload, if quick { WATCH_QUICK } else { WATCH_FULL }, quick, only_usb)?;
     let disk = dir.join("share.img");
     guest::disk_of(&dir.join("share"), &disk)?;
@@ -166,8 +177,9 @@ pub fn main(args: &[String]) -> Result<()> {
     }
 
     let mut outcomes = Vec::new();
-    for k in &kernels {
-        let kernel = image.kernel(k)?;
+    for v in &versions {
+        let image = guest::image(guest::root_for(v)?)?;
+        let kernel = image.kernel(v)?;
         println!("systest: booting {} under qemu (TCG)", kernel.release);
         let started = Instant::now();
         // One reboot: the test's first boot installs, the second checks the
