@@ -128,6 +128,8 @@ pub fn metrics(s: &Status) -> String {
     family("device_window_bytes", "gauge", "Window of the root policy on the device.", dev(&|d| d.window));
     family("device_dirty_bytes", "gauge", "Dirty and writeback bytes at the last event.", dev(&|d| d.dirty));
     family("device_paced_budget_bytes", "gauge", "bdi dirty cap while pacing, 0 otherwise.", dev(&|d| d.paced_budget));
+    let global = s.global_limits.as_ref().map_or(0, |g| g.dirty_bytes) as f64;
+    family("global_dirty_bytes", "gauge", "vm.dirty_bytes set for pacing, 0 otherwise.", vec![(String::new(), global)]);
     family("streams", "gauge", "Active streaming writers.", vec![(String::new(), s.streams.len() as f64)]);
     let counters = s.counters.iter().map(|(k, v)| (format!("{{what=\"{k}\"}}"), *v as f64)).collect();
     family("events", "counter", "Agent counters by kind.", counters);
