@@ -312,9 +312,18 @@ impl Pacer {
         for line in text.lines() {
             let f: Vec<&str> = line.split('\t').collect();
             let [bdi, o_ratio, o_strict, w_ratio, w_strict] = f[..] else {
-                tracing::warn!(line, journal = %self.journal.display(), "ignoring a malformed journal line");
+                tracing::warn!(line = ?line, journal = %self.journal.display(), "ignoring a malformed journal line");
                 continue;
             };
+            // Only root writes the journal, but --restore runs as root
+            // outside the unit's sandbox (the package's prerm): it writes
+            // numbers, to a bdi's own knobs, nothing else.
+            let number = |v: &str| v.parse::<u64>().is_ok();
+            let written = |v: &str| v == "*" || number(v);
+            if !bdi_name(bdi) || !number(o_ratio) || !number(o_strict) || !written(w_ratio) || !written(w_strict) {
+                tracing::warn!(line = ?line, journal = %self.journal.display(), "ignoring a journal line that names no bdi's values");
+                continue;
+            }
             let v = |r: &str, s: &str| Values { max_ratio_fine: r.into(), strict_limit: s.into() };
             let ours = (w_ratio, w_strict) != ("*", "*");
             let e = Entry { original: v(o_ratio, o_strict), ours: ours.then(|| v(w_ratio, w_strict)) };
@@ -365,9 +374,11 @@ impl Pacer {
     fn write(&self, bdi: &str, v: &Values) -> Result<()> {
         // The ceiling first: the strict limit alone against a lowered
         // ceiling would throttle the device's writers below what the
-        // administrator set.
-        write_knob(&self.knob(bdi, "max_ratio_fine"), &v.max_ratio_fine)?;
-        write_knob(&self.knob(bdi, "strict_limit"), &v.strict_limit)
+        // administrator set.  strict_limit goes back even if the ceiling
+        // could not: left set, it throttles the device at the cap.
+        let ceiling = write_knob(&self.knob(bdi, "max_ratio_fine"), &v.max_ratio_fine);
+        write_knob(&self.knob(bdi, "strict_limit"), &v.strict_limit)?;
+        ceiling
     }
 }
 
@@ -375,6 +386,15 @@ impl Default for Pacer {
     fn default() -> Self {
         Self::new(Lever::Auto)
     }
+}
+
+/// A bdi's name as sysfs has it ("8:16", "btrfs-1"): one plain name, never
+/// a path.
+fn bdi_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b":-_.".contains(&b))
 }
 
 /// Written aside and renamed into place: a kill leaves the old journal or
@@ -526,6 +546,42 @@ mod tests {
         p.release("7:0");
         assert_eq!(fs_.get("strict_limit"), "0");
         assert!(!fs_.dir.join("journal").exists());
+    }
+
+    #[test]
+    fn a_journal_line_naming_no_bdi_writes_nothing() {
+        let fs_ = FakeSysfs::new("escape");
+        // What a line could make --restore write: a directory outside the
+        // bdi root, and a value that is not a number.
+        fs::create_dir_all(fs_.dir.join("outside")).unwrap();
+        fs::write(fs_.dir.join("outside/strict_limit"), "1").unwrap();
+        fs::write(fs_.dir.join("outside/max_ratio_fine"), "1").unwrap();
+        let root = fs_.dir.join("root");
+        fs::create_dir_all(root.join("7:0")).unwrap();
+        let journal = fs_.dir.join("journal");
+        for line in ["../outside\t1000000\t0\t1\t1\n", "/tmp\t1000000\t0\t1\t1\n", "7:0\t1000000\t0; reboot\t1\t1\n"] {
+            fs::write(&journal, line).unwrap();
+            fs::write(root.join("7:0/strict_limit"), "1").unwrap();
+            fs::write(root.join("7:0/max_ratio_fine"), "1").unwrap();
+            let global = Global::with_paths(fs_.dir.join("vm"), fs_.dir.join("vmstat"), fs_.dir.join("global"));
+            let p = Pacer::with_paths(root.clone(), journal.clone(), global, Lever::Auto);
+            assert_eq!(p.recovered(), 0, "{line:?}");
+            assert_eq!(fs::read_to_string(fs_.dir.join("outside/strict_limit")).unwrap(), "1", "{line:?}");
+            assert_eq!(fs::read_to_string(root.join("7:0/strict_limit")).unwrap(), "1", "{line:?}");
+        }
+    }
+
+    #[test]
+    fn strict_limit_is_restored_even_if_the_ceiling_is_not() {
+        let fs_ = FakeSysfs::new("ceiling");
+        let p = fs_.pacer();
+        fs_.set("strict_limit", "1");
+        // The ceiling's write fails (here: it became a directory).
+        fs::remove_file(fs_.dir.join("7:0/max_ratio_fine")).unwrap();
+        fs::create_dir(fs_.dir.join("7:0/max_ratio_fine")).unwrap();
+        let original = Values { max_ratio_fine: "1000000".into(), strict_limit: "0".into() };
+        assert!(p.write("7:0", &original).is_err(), "the failure is still reported");
+        assert_eq!(fs_.get("strict_limit"), "0");
     }
 
     #[test]
