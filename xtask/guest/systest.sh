@@ -13,8 +13,9 @@ set -u
 S=/run/systest
 # shellcheck source=/dev/null
 # WATCH: seconds the service must run without a restart; USB: quick|full;
-# ONLY_USB: 1 skips the second boot's other checks; STICK_BPS: the sticks'
-# write throttle.
+# USB_DEFAULT_ON: the kernel line (or all) that copies with the kernel
+# default too; ONLY_USB: 1 skips the second boot's other checks; STICK_BPS:
+# the sticks' write throttle.
 . $S/config
 MAX_EXPOSURE=2.0
 failed=0

@@ -53,8 +53,7 @@ enum Payload {
 }
 
 fn newest_deb() -> Result<Option<PathBuf>> {
-    let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
-    let Ok(dir) = fs::read_dir(Path::new(&target).join("deb")) else { return Ok(None) };
+    let Ok(dir) = fs::read_dir(guest::target_dir()?.join("deb")) else { return Ok(None) };
     let mut debs: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
     for e in dir {
         let p = e?.path();
@@ -74,7 +73,11 @@ fn share(dir: &Path, payload: &Payload, watch: u64, quick: bool, only_usb: bool)
     let usb = if quick { "quick" } else { "full" };
     fs::write(
         dir.join("config"),
-        format!("WATCH={watch}\nUSB={usb}\nONLY_USB={}\nSTICK_BPS={STICK_BPS}\n", only_usb as u8),
+        format!(
+            "WATCH={watch}\nUSB={usb}\nUSB_DEFAULT_ON={}\nONLY_USB={}\nSTICK_BPS={STICK_BPS}\n",
+            if quick { kernels::NEWEST } else { "all" },
+            only_usb as u8
+        ),
     )?;
     match payload {
         Payload::Deb(deb) => {
@@ -83,8 +86,7 @@ fn share(dir: &Path, payload: &Payload, watch: u64, quick: bool, only_usb: bool)
         Payload::Files => {
             let files = dir.join("files");
             fs::create_dir_all(&files)?;
-            let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
-            let debug = Path::new(&target).join("debug");
+            let debug = guest::target_dir()?.join("debug");
             for bin in ["writebehindd", "wbctl"] {
                 fs::copy(debug.join(bin), files.join(bin))?;
             }
