@@ -52,7 +52,10 @@ logged_since() { journalctl -u writebehindd --since "@$1" -o cat --no-pager | gr
 STATE=/var/lib/wb-systest
 # Every bdi's limits (max_bytes reads back as a share of a moving limit:
 # max_ratio_fine is what holds the ceiling).
-knobs() { grep -H . /sys/class/bdi/*/{strict_limit,max_ratio,min_ratio,max_ratio_fine} 2>/dev/null; }
+knobs() {
+    grep -H . /sys/class/bdi/*/{strict_limit,max_ratio,min_ratio,max_ratio_fine} \
+        /proc/sys/vm/dirty_{bytes,ratio,background_bytes,background_ratio} 2>/dev/null
+}
 # The knobs of `expected` (knobs' output) as they read now: a bdi that
 # appeared since (sr0's, 11:0, shows up during the test) is not compared,
 # nor one that is gone (the USB stick pulled out).
@@ -85,7 +88,10 @@ workload_fs() {
     mkdir -p /mnt/wb
     mount "$loop" /mnt/wb
     bdi=/sys/class/bdi/$(mountpoint -d /mnt/wb)
-    if [ -e "$bdi/max_bytes" ]; then paces=1; else paces=0; fi
+    # Every kernel paces: through the bdi's own knobs (6.2+), else through
+    # the global dirty limits.
+    if [ -e "$bdi/max_bytes" ]; then lever=bdi; else lever=global; fi
+    paces=1
 }
 not_running() {
     echo "systest: the service is not running; the boot's journal:"
@@ -160,8 +166,8 @@ if ((ONLY_USB)); then
     exit $failed
 fi
 
-# A streaming writer: stream started/ended and, where the kernel has
-# per-bdi max_bytes (6.2+), pacing on/off; then a reload.  pv reads a file:
+# A streaming writer: stream started/ended, pacing on/off (through the
+# bdi's knobs on 6.2+, the global dirty limits before); then a reload.  pv reads a file:
 # from a pipe it writes with splice(2), which the daemon does not see (no
 # stream for `head -c 160M /dev/zero | pv -qL 16m`, measured on 6.12).
 pv -qL 16m /var/tmp/src >/mnt/wb/stream
@@ -234,7 +240,9 @@ check "no-restart-${WATCH}s" [ "$(prop NRestarts)/$(prop MainPID)/$(prop ActiveS
 before_kill=$(knobs)
 pv -qL 6m /var/tmp/src >/mnt/wb/copy &
 writer=$!
-strict() { [ "$(cat "$bdi/strict_limit")" = 1 ]; }
+strict() {
+    if [ "$lever" = bdi ]; then [ "$(cat "$bdi/strict_limit")" = 1 ]; else [ "$(cat /proc/sys/vm/dirty_bytes)" != 0 ]; fi
+}
 if ((paces)); then
     check "paced-before-kill" wait_for 30 strict
 else
