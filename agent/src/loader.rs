@@ -163,9 +163,14 @@ impl Loaded {
             _ => match me.load_fentry(&btf) {
                 Ok(attached) => Some(attached),
                 Err(e) if backend == Backend::Auto => {
+                    // The first line says which program; a verifier's
+                    // reason is its log's last lines.
                     let reason = format!("{e:#}");
+                    let lines: Vec<&str> = reason.lines().filter(|l| !l.trim().is_empty()).collect();
+                    let last = lines.iter().rev().take(3).rev().copied().collect::<Vec<_>>().join(" | ");
                     tracing::info!(
-                        reason = %reason.lines().next().unwrap_or(""),
+                        reason = %lines.first().unwrap_or(&""),
+                        verifier = %if lines.len() > 1 { last.as_str() } else { "" },
                         "fentry refused; using syscall tracepoints"
                     );
                     None
