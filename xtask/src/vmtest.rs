@@ -418,7 +418,8 @@ mod tests {
         assert!(!quick.runs_on("lifecycle", "tracepoint", BACKENDS, kernels::NEWEST));
         assert!(quick.runs_on("lifecycle", "fentry", BACKENDS, kernels::NEWEST));
         assert!(!quick.runs_on("multi_file", "fentry", &[], kernels::OLDEST));
-        let only = Selection { only: vec!["lifecycle".into()], backends: vec!["tracepoint".into()], ..Default::default() };
+        let only =
+            Selection { only: vec!["lifecycle".into()], backends: vec!["tracepoint".into()], ..Default::default() };
         assert!(only.runs_on("lifecycle", "tracepoint", FENTRY, "6.1"));
         assert!(!only.runs_on("lifecycle", "fentry", BACKENDS, "6.1"));
         assert!(!only.runs_on("single_stream", "tracepoint", BACKENDS, "6.1"));
