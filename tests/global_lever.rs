@@ -5,12 +5,14 @@
 //! 5.10 and 6.1 themselves (systest).
 
 use std::{
+    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result};
 use wb_tests::{daemon::run_writebehindd, *};
+use writebehindd::pacing::global;
 
 const GLOBAL: &[&str] = &["--pacing-lever", "global"];
 
@@ -255,13 +257,7 @@ impl LimitWatch {
             let (mut lowest, mut samples) = (f64::MAX, 0);
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
                 let limit: u64 = knob::read("/proc/sys/vm/dirty_bytes").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-                let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
-                let pages: u64 = vmstat
-                    .lines()
-                    .filter_map(|l| l.split_once(' '))
-                    .filter(|(k, _)| *k == "nr_dirty" || *k == "nr_writeback")
-                    .filter_map(|(_, v)| v.parse::<u64>().ok())
-                    .sum();
+                let pages = global::dirty_pages(Path::new(global::VMSTAT)).unwrap_or(0);
                 if limit > 0 && pages > 0 {
                     lowest = lowest.min(limit as f64 / (pages * 4096) as f64);
                     samples += 1;

@@ -331,17 +331,8 @@ impl Global {
         super::write_journal(&self.journal, &text)
     }
 
-    /// The system's dirty and writeback bytes, as balance_dirty_pages()
-    /// counts them.
     fn dirty(&self) -> Result<u64> {
-        let text = fs::read_to_string(&self.vmstat).with_context(|| format!("reading {}", self.vmstat.display()))?;
-        let pages: u64 = text
-            .lines()
-            .filter_map(|l| l.split_once(' '))
-            .filter(|(k, _)| *k == "nr_dirty" || *k == "nr_writeback")
-            .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
-            .sum();
-        Ok(pages * self.page_size)
+        Ok(dirty_pages(&self.vmstat)? * self.page_size)
     }
 
     fn read(&self) -> Result<Limits> {
@@ -363,6 +354,18 @@ impl Default for Global {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The system's dirty and writeback pages, as balance_dirty_pages() counts
+/// them, from `vmstat` (/proc/vmstat).
+pub fn dirty_pages(vmstat: &Path) -> Result<u64> {
+    let text = fs::read_to_string(vmstat).with_context(|| format!("reading {}", vmstat.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(k, _)| *k == "nr_dirty" || *k == "nr_writeback")
+        .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+        .sum())
 }
 
 /// A journal line: the four original values, then what the agent wrote
