@@ -36,10 +36,12 @@ min–max). Writes results.json and one SVG plot per copy group to --out
              writebehindd:KEY=VALUE+... (policy keys, e.g. window_seconds=0.25)
   --parts    cost's parts: per-call, copy, tar, flood, streams (default all)
   --writers  concurrent dd writers in multi (default 1,10,30)
-  --quick    ext4 at 100 MiB/s, 1 run, reduced sizes (about 6 minutes)
+  --fs       ext4, xfs, btrfs, btrfs-zstd (btrfs mounted compress=zstd:1, copying
+             data that compresses: files cut from a tar of /usr); default all four
+  --quick    100 MiB/s, 1 run, reduced sizes (about 6 minutes per filesystem)
   --smoke    tiny sizes: checks the harness itself (about 2 minutes; run by CI)
-  full       ext4 and xfs at 100 MiB/s plus the 30 MiB/s USB-stick copy, 3 runs
-             (about 2.5 hours; the estimate is printed before it starts)";
+  full       100 MiB/s plus the 30 MiB/s USB-stick copy, 3 runs (about 5 hours
+             on the four filesystems; the estimate is printed before it starts)";
 
 struct Plan {
     sizes: Sizes,
@@ -55,6 +57,10 @@ struct Plan {
     /// cost's parts to run (--parts)
     cost_parts: Vec<String>,
 }
+
+/// What the bench runs on, unless --fs says otherwise: btrfs as mkfs makes
+/// it and as Fedora mounts it (compress=zstd:1).
+const FILESYSTEMS: [&str; 4] = ["ext4", "xfs", "btrfs", "btrfs-zstd"];
 
 const SCENARIOS: [&str; 7] = ["copy", "tar", "multi", "overwrite", "tempfile", "overhead", "cost"];
 
@@ -75,7 +81,7 @@ fn parse(args: &[String]) -> Result<Plan> {
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
     let mut plan = Plan {
         sizes: full,
-        fs: vec!["ext4".into(), "xfs".into()],
+        fs: FILESYSTEMS.iter().map(|f| f.to_string()).collect(),
         rates: vec![100, 30],
         runs: 3,
         scenarios: SCENARIOS.iter().map(|s| s.to_string()).collect(),
@@ -103,7 +109,6 @@ fn parse(args: &[String]) -> Result<Plan> {
                     overhead_secs: 2.0,
                     ..plan.sizes
                 };
-                plan.fs = vec!["ext4".into()];
                 plan.rates = vec![100];
                 plan.runs = 1;
                 plan.cost = cost::CostSizes::quick();
@@ -136,7 +141,12 @@ fn parse(args: &[String]) -> Result<Plan> {
                     .map(|m| Mode::parse(m).with_context(|| format!("unknown mode {m:?}\n{USAGE}")))
                     .collect::<Result<_>>()?
             }
-            "--fs" => plan.fs = val()?.split(',').map(str::to_owned).collect(),
+            "--fs" => {
+                plan.fs = val()?.split(',').map(str::to_owned).collect();
+                for f in &plan.fs {
+                    fs_spec(f)?;
+                }
+            }
             "--rates" => plan.rates = val()?.split(',').map(|r| r.parse()).collect::<Result<_, _>>()?,
             "--writers" => plan.sizes.multi_writers = val()?.split(',').map(|n| n.parse()).collect::<Result<_, _>>()?,
             "--runs" => plan.runs = val()?.parse()?,
@@ -274,10 +284,13 @@ fn bench_device(
     if rate_mib < 100 {
         sizes.copy_files = plan.slow_copy_files;
     }
-    let (copy_src, copy_bytes, tarball) =
-        scenarios::make_sources(&shm.join(format!("src-{}", sizes.copy_files)), &sizes)?;
+    let (mkfs, options) = fs_spec(fstype)?;
+    // Where the filesystem compresses, the copy is of data that compresses.
+    let compressible = options.is_some();
+    let src_dir = shm.join(format!("src-{}{}", sizes.copy_files, if compressible { "-z" } else { "" }));
+    let (copy_src, copy_bytes, tarball) = scenarios::make_sources(&src_dir, &sizes, compressible)?;
     let dev_mib = (copy_bytes / MIB + sizes.tar_files as u64 / 4 + sizes.tar_dd_mib) * 2 + 2048;
-    let fs = Mounted::new(LoopDevice::throttled(dev_mib, rate)?, fstype)?;
+    let fs = Mounted::with_options(LoopDevice::throttled(dev_mib, rate)?, mkfs, options)?;
     probes::prepare_read_file(&fs.path("probe-read"), sizes.read_probe_mib)?;
     let ctx = Ctx { fs: &fs, rate, sizes: &sizes, xtask: xtask.to_owned(), copy_src, copy_bytes, tarball };
 
@@ -317,6 +330,18 @@ fn bench_device(
         }
     }
     Ok(())
+}
+
+/// The filesystem to make and its mount options, from a --fs name.
+/// btrfs-zstd is btrfs as Fedora mounts it (compress=zstd:1).
+fn fs_spec(name: &str) -> Result<(&'static str, Option<&'static str>)> {
+    Ok(match name {
+        "ext4" => ("ext4", None),
+        "xfs" => ("xfs", None),
+        "btrfs" => ("btrfs", None),
+        "btrfs-zstd" => ("btrfs", Some("compress=zstd:1")),
+        other => bail!("--fs: no filesystem {other:?} (ext4, xfs, btrfs, btrfs-zstd)"),
+    })
 }
 
 /// The hook's cost where there is nothing to flush: only default vs daemon.

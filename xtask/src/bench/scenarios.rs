@@ -267,12 +267,52 @@ pub fn overhead_in(dir: &Path, region: u64, secs: f64, fresh: bool) -> Result<Me
 }
 
 /// Reproducible sources in tmpfs: the copy tree and the tarball.
-pub fn make_sources(root: &Path, sizes: &Sizes) -> Result<(PathBuf, u64, PathBuf)> {
+pub fn make_sources(root: &Path, sizes: &Sizes, compressible: bool) -> Result<(PathBuf, u64, PathBuf)> {
     let copy_src = root.join("copy-src");
-    let total = wb_tests::random_tree(&copy_src, sizes.copy_files, 0, sizes.copy_max_mib * MIB, 0x2545)?;
+    let total = match compressible {
+        false => wb_tests::random_tree(&copy_src, sizes.copy_files, 0, sizes.copy_max_mib * MIB, 0x2545)?,
+        true => corpus_tree(&copy_src, sizes.copy_files, sizes.copy_max_mib * MIB)?,
+    };
     let tar_src = root.join("tar-src");
     wb_tests::random_tree(&tar_src, sizes.tar_files, 1024, 148 * 1024, 0x9e37)?;
     let tarball = root.join("src.tar");
     sh(&format!("tar -cf {} -C {} . && rm -rf {}", tarball.display(), tar_src.display(), tar_src.display()))?;
     Ok((copy_src, total, tarball))
+}
+
+/// `files` files of up to `max` bytes cut from a tar of /usr/lib and
+/// /usr/share: what a filesystem that compresses meets (programs,
+/// libraries, text, and some data already compressed; zstd -1 makes 3 GiB
+/// of it 1.2 GiB here).  Sizes as random_tree's; contents from this
+/// machine's /usr, in name order; sizes drawn like random_tree's.
+/// Returns the total.
+fn corpus_tree(dir: &Path, files: u32, max: u64) -> Result<u64> {
+    use std::io::Read;
+    let mut tar = Command::new("tar")
+        .args(["--sort=name", "-cf", "-", "/usr/lib", "/usr/share"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("tar of /usr for the compressible copy source")?;
+    let mut corpus = tar.stdout.take().context("tar's output")?;
+    let mut rng = 0x2545u64 | 1;
+    let mut total = 0;
+    for i in 0..files {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let bytes = rng % (max + 1);
+        let sub = dir.join(format!("d{:03}", i / 200));
+        std::fs::create_dir_all(&sub)?;
+        let mut f = std::fs::File::create(sub.join(format!("f{i:05}")))?;
+        let got = std::io::copy(&mut (&mut corpus).take(bytes), &mut f)?;
+        if got < bytes {
+            bail!("/usr/lib and /usr/share hold less than the {} MiB the copy needs", (total + bytes) / MIB);
+        }
+        total += bytes;
+    }
+    drop(corpus);
+    let _ = tar.kill();
+    let _ = tar.wait();
+    Ok(total)
 }
