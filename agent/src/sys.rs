@@ -242,27 +242,32 @@ pub struct MountInfo {
     pub root: String,
     pub mount_point: String,
     pub fstype: String,
+    /// The superblock's options ("rw,compress=zstd:1,space_cache=v2,...").
+    pub options: String,
 }
 
 /// The mounts this process sees (fields 3, 4 and 5, and the filesystem
-/// type after the " - " separator).
+/// type and superblock options after the " - " separator).
 pub fn mounts() -> Vec<MountInfo> {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return Vec::new();
     };
-    info.lines()
-        .filter_map(|line| {
-            let (pre, post) = line.split_once(" - ")?;
-            let mut f = pre.split(' ').skip(2);
-            let (dev, root, mnt) = (f.next()?, f.next()?, f.next()?);
-            Some(MountInfo {
-                dev: dev.to_owned(),
-                root: unescape(root),
-                mount_point: unescape(mnt),
-                fstype: post.split(' ').next()?.to_owned(),
-            })
-        })
-        .collect()
+    info.lines().filter_map(mount_info).collect()
+}
+
+fn mount_info(line: &str) -> Option<MountInfo> {
+    let (pre, post) = line.split_once(" - ")?;
+    let mut f = pre.split(' ').skip(2);
+    let (dev, root, mnt) = (f.next()?, f.next()?, f.next()?);
+    let mut p = post.split(' ');
+    let fstype = p.next()?.to_owned();
+    Some(MountInfo {
+        dev: dev.to_owned(),
+        root: unescape(root),
+        mount_point: unescape(mnt),
+        fstype,
+        options: p.nth(1).map(unescape).unwrap_or_default(),
+    })
 }
 
 /// mountinfo escapes space, tab, newline and backslash as \ooo.
@@ -308,6 +313,16 @@ mod tests {
         assert_eq!(unescape(r"/mnt/with\040space"), "/mnt/with space");
         assert_eq!(unescape(r"/plain"), "/plain");
         assert_eq!(unescape(r"/end\04"), r"/end\04");
+    }
+
+    #[test]
+    fn mountinfo_line_has_type_and_superblock_options() {
+        let m = mount_info(
+            "41 29 0:45 / /home rw,relatime shared:20 - btrfs /dev/vda2 rw,compress=zstd:1,ssd,subvol=/home",
+        )
+        .unwrap();
+        assert_eq!((m.dev.as_str(), m.mount_point.as_str(), m.fstype.as_str()), ("0:45", "/home", "btrfs"));
+        assert_eq!(m.options, "rw,compress=zstd:1,ssd,subvol=/home");
     }
 
     /// A directory standing for a mount's root, its fd, and a path outside it.
