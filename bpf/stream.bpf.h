@@ -624,6 +624,14 @@ static __always_inline void stream_advance(__u64 key, struct file_stream *s, str
 		return;
 	}
 	s->mark = end;
+	/* On a device with a grain, up to its last multiple: the rest goes
+	 * with a later span, or the close's. */
+	struct wb_device *d = bpf_map_lookup_elem(&devices, &s->sb_dev);
+	if (d && d->grain) {
+		end &= ~(d->grain - 1);
+		if (end <= s->head)
+			return;
+	}
 	if (file)
 		emit(WB_EV_SPAN, file, fd, facts->ino, s->head, end, false);
 	else

@@ -120,6 +120,8 @@ struct wb_device {
 	                     * window need not wake the agent (it holds the
 	                     * device's dirty cap, or cannot pace the device:
 	                     * no pacing to start at the first close) */
+	__u64 grain;       /* spans end at multiples of it (a power of two);
+	                    * 0: anywhere (see devices.rs, compress_grain) */
 };
 
 /* Which write syscalls the tracepoint backend's sys_exit hook reports: all
