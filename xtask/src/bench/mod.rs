@@ -294,6 +294,11 @@ fn bench_device(
     probes::prepare_read_file(&fs.path("probe-read"), sizes.read_probe_mib)?;
     let ctx = Ctx { fs: &fs, rate, sizes: &sizes, xtask: xtask.to_owned(), copy_src, copy_bytes, tarball };
 
+    let mut fs_modes = plan.modes.clone();
+    if fs_modes.contains(&Mode::DontCache) && !writer::dontcache_supported(&fs.dir)? {
+        println!("\n{fstype}: no RWF_DONTCACHE here (EOPNOTSUPP); that mode is left out");
+        fs_modes.retain(|&m| m != Mode::DontCache);
+    }
     let tag = format!("{fstype} {rate_mib}MiB/s");
     for scenario in scenarios_at(plan, rate_mib) {
         let variants: Vec<Option<u32>> = match scenario {
@@ -307,7 +312,7 @@ fn bench_device(
                 _ => format!("{scenario} {tag}"),
             };
             for _ in 0..plan.runs {
-                for &mode in &plan.modes {
+                for &mode in &fs_modes {
                     let active = modes::activate(mode, &fs.bdi()?, rate, daemon)?;
                     let (metrics, series) = match (scenario, variant) {
                         ("copy", _) => scenarios::copy(&ctx, mode)?,

@@ -16,6 +16,24 @@ use anyhow::{Context, Result, bail};
 const CHUNK: usize = 8 << 20;
 const RWF_DONTCACHE: libc::c_int = 0x80;
 
+/// Whether the filesystem at `dir` takes RWF_DONTCACHE writes (btrfs did
+/// not in 6.18: EOPNOTSUPP).
+pub fn dontcache_supported(dir: &Path) -> Result<bool> {
+    let path = dir.join(".dontcache-probe");
+    let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let buf = [0u8; 4096];
+    let iov = libc::iovec { iov_base: buf.as_ptr() as *mut _, iov_len: buf.len() };
+    let n = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, 0, RWF_DONTCACHE) };
+    let err = std::io::Error::last_os_error();
+    drop(file);
+    std::fs::remove_file(&path)?;
+    match n {
+        0.. => Ok(true),
+        _ if err.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(false),
+        _ => Err(err).context("pwritev2(RWF_DONTCACHE) probe"),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
     Plain,
