@@ -15,8 +15,6 @@
 
 use std::time::Duration;
 
-use crate::devices::Active;
-
 /// The kernel's initial estimate (INIT_BW in mm/page-writeback.c: 100 MB/s).
 pub const KERNEL_INIT_BW: u64 = 100 << 20;
 /// Samples after which the kernel's estimate (smoothed over ~3 s) has had
@@ -145,6 +143,26 @@ impl Sizing {
     pub fn window(&self, bw: u64, max_request: u64) -> u64 {
         let w = (bw as f64 * self.window_seconds) as u64;
         round_pages(w.clamp(self.min_window, self.max_window).max(max_request))
+    }
+}
+
+/// Who writes to a device now.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Active {
+    /// Files being streamed, and multi-file writers not streaming a file
+    /// there (cp -r writing one big file is one writer, not two).
+    pub writers: u64,
+    /// Of those, the ones whose windows the agent flushes: not a multi-file
+    /// writer of small files, whose closed files a paced device leaves to
+    /// the kernel's flusher.
+    pub windowed: u64,
+}
+
+impl Active {
+    /// One more writer; `windowed`: the agent flushes its windows.
+    pub fn add(&mut self, windowed: bool) {
+        self.writers += 1;
+        self.windowed += windowed as u64;
     }
 }
 

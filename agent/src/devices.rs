@@ -16,7 +16,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 
 use crate::{
     abi::{wb_device, wb_event},
-    bandwidth::{self, Estimator, Sizing},
+    bandwidth::{self, Active, Estimator, Sizing},
     pacing::Pacer,
     policy::{OnBattery, Policy},
 };
@@ -26,26 +26,6 @@ use crate::{
 const LINGER: Duration = Duration::from_secs(2);
 /// The budget is rewritten only when it moved by more than this fraction.
 const BUDGET_SLACK: f64 = 0.1;
-
-/// Who writes to a device now.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Active {
-    /// Files being streamed, and multi-file writers not streaming a file
-    /// there (cp -r writing one big file is one writer, not two).
-    pub writers: u64,
-    /// Of those, the ones whose windows the agent flushes: not a multi-file
-    /// writer of small files, whose closed files a paced device leaves to
-    /// the kernel's flusher.
-    pub windowed: u64,
-}
-
-impl Active {
-    /// One more writer; `windowed`: the agent flushes its windows.
-    pub fn add(&mut self, windowed: bool) {
-        self.writers += 1;
-        self.windowed += windowed as u64;
-    }
-}
 
 /// What a device's flusher thread and the intake task share.
 pub struct DeviceShared {

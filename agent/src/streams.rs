@@ -10,8 +10,9 @@ use std::{
 
 use crate::{
     abi::{EventKind, RelPath, wb_event},
+    bandwidth::Active,
     counters::{Counters, ErrorKind},
-    devices::{Active, Devices},
+    devices::Devices,
     flusher::{Batch, Flush, Flushers, StreamFile, Target},
     handles::ClosedFile,
     status::printable,
