@@ -370,3 +370,30 @@ fn one_user_cannot_take_every_stream() -> Result<()> {
     assert_eq!(started(0), 1, "root got no stream:\n{log}");
     Ok(())
 }
+
+/// Issue 25, class 7: a mount point is chosen by a user (a stick's label
+/// under /media/$USER, a FUSE mount), and one with a newline in it forged
+/// a log line attributed to the daemon.  Here the label comes from the
+/// test (udisks would mount it as root); the files are written by nobody.
+#[test]
+fn a_mount_point_cannot_forge_a_log_line() -> Result<()> {
+    require_root();
+    const FORGED: &str = "2026-01-01T00:00:00.000000Z  WARN forged by a label";
+    let fs = Mounted::new(LoopDevice::new(256)?, "ext4")?;
+    let sub = fs.nobodys_dir("stick")?;
+    let bind = BindMount::new(&sub, &format!("label\n{FORGED}"))?;
+    run(Command::new("umount").arg(&fs.dir))?;
+    let shm = Scratch::new_in("/dev/shm", "label")?;
+    let src = shm.0.join("photos");
+    random_tree(&src, 50, 64 * 1024, 256 * 1024, 7)?;
+    sh(&format!("chmod -R a+rX {}", shm.0.display()))?;
+    let mut daemon = Daemon::start_with_policy("burst = \"1MiB\"\npacing = false\n")?;
+    let mut cp = as_nobody("cp").arg("-r").arg(&src).arg(bind.dir.join("copy")).spawn()?;
+    let pid = cp.id();
+    assert!(cp.wait()?.success(), "cp as nobody failed");
+    daemon.wait_log(&format!("multi-file writer ended pid={pid} "), Duration::from_secs(15))?;
+    let log = daemon.stop()?;
+    assert!(log.contains("reached by file handle mount=/mnt/wb-bind-label\\n"), "{log}");
+    assert!(!log.lines().any(|l| l.starts_with(FORGED)), "a mount point forged a log line:\n{log}");
+    Ok(())
+}

@@ -26,7 +26,7 @@ use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
-use crate::{abi::RelPath, counters::ErrorKind, sys};
+use crate::{abi::RelPath, counters::ErrorKind, status::printable, sys};
 
 /// What BPF read at close: enough to build the file's handle, or to look
 /// it up by path where there are no handles.
@@ -294,7 +294,11 @@ fn learn(sb_dev: u64) -> Option<Mount> {
     for info in mounts {
         let Some(p) = probe(&info.mount_point, sb_dev) else { continue };
         if p.layout.is_none() {
-            tracing::info!("no file handles on {} at {}: closed files reached by path", info.fstype, info.mount_point);
+            tracing::info!(
+                "no file handles on {} at {}: closed files reached by path",
+                printable(&info.fstype),
+                printable(&info.mount_point)
+            );
         }
         match &mut learned {
             None => {
@@ -313,7 +317,7 @@ fn learn(sb_dev: u64) -> Option<Mount> {
     let m = learned?;
     if let Some(layout) = m.layout {
         let subvols: Vec<u64> = m.subvols.iter().map(|s| s.id).collect();
-        tracing::info!(mount = %m.points[0].path, ?layout, ?subvols, "closed files on this filesystem are reached by file handle");
+        tracing::info!(mount = %printable(&m.points[0].path), ?layout, ?subvols, "closed files on this filesystem are reached by file handle");
     }
     Some(m)
 }
@@ -334,7 +338,7 @@ fn probe(path: &str, sb_dev: u64) -> Option<Probe> {
     let root = match open_dir(path) {
         Ok(root) => root,
         Err(e) => {
-            tracing::warn!(mount = %path, error = %e, "cannot open mount root: closed files there are left to the kernel");
+            tracing::warn!(mount = %printable(path), error = %e, "cannot open mount root: closed files there are left to the kernel");
             return None;
         }
     };
@@ -345,13 +349,13 @@ fn probe(path: &str, sb_dev: u64) -> Option<Probe> {
             Layout::of_type(h.handle_type)
                 .filter(|l| l.decode_ino(&h.f_handle[..h.handle_bytes as usize]) == Some(root_st.st_ino))
                 .or_else(|| {
-                    tracing::warn!(mount = %path, handle_type = h.handle_type, "unknown file handle layout: closed files there are left to the kernel");
+                    tracing::warn!(mount = %printable(path), handle_type = h.handle_type, "unknown file handle layout: closed files there are left to the kernel");
                     None
                 })?,
         ),
         Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => None,
         Err(e) => {
-            tracing::warn!(mount = %path, error = %e, "no file handle for the mount root: closed files there are left to the kernel");
+            tracing::warn!(mount = %printable(path), error = %e, "no file handle for the mount root: closed files there are left to the kernel");
             return None;
         }
     };
@@ -367,7 +371,7 @@ fn probe(path: &str, sb_dev: u64) -> Option<Probe> {
         _ => root_st.st_dev == sb_dev,
     };
     if !same {
-        tracing::info!(mount = %path, "another filesystem is mounted over this mount point");
+        tracing::info!(mount = %printable(path), "another filesystem is mounted over this mount point");
         return None;
     }
     let subvol = (layout == Some(Layout::Btrfs))
