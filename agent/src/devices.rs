@@ -292,15 +292,13 @@ impl Devices {
     }
 }
 
-/// /sys/dev/block/<maj:min>/queue/max_sectors_kb in bytes; 0 for devices
-/// that are not block devices (btrfs's own bdi, network filesystems).
 /// btrfs compresses a range in 128 KiB pieces from its start, and a piece
 /// that saves less than a block marks the whole file incompressible
 /// (compress_file_range).  Its writeback of a compressed file also runs on
 /// to the end of the dirty range, up to one extent (128 MiB): a flush right
 /// behind a writer ends where the writer is, in a short piece, and one of
 /// them soon fails.  Measured (3 GiB tar of /usr, compress=zstd:1, 100 MiB/s):
-/// 3 MiB windows made every file incompressible, 3110 MiB written instead
+/// 3 MiB windows made the copy incompressible, 3110 MiB written instead
 /// of the default's 1729, 31.2 s instead of 20; the kernel's own strict_limit
 /// at 16 MiB does the same.  Spans of whole extents, from a multiple of one,
 /// keep every piece whole: 1732 MiB, 17.5 s, at most 461 MiB dirty.
@@ -321,6 +319,8 @@ fn grain_for(fstype: &str, options: &str) -> u64 {
     if fstype == "btrfs" && compress { BTRFS_EXTENT } else { 0 }
 }
 
+/// /sys/dev/block/<maj:min>/queue/max_sectors_kb in bytes; 0 for devices
+/// that are not block devices (btrfs's own bdi, network filesystems).
 fn max_request(bdi: &str) -> u64 {
     std::fs::read_to_string(format!("/sys/dev/block/{bdi}/queue/max_sectors_kb"))
         .ok()
