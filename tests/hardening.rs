@@ -397,3 +397,42 @@ fn a_mount_point_cannot_forge_a_log_line() -> Result<()> {
     assert!(!log.lines().any(|l| l.starts_with(FORGED)), "a mount point forged a log line:\n{log}");
     Ok(())
 }
+
+/// CPU seconds (user + system) process `pid` has used.
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after_comm = stat.rsplit_once(')').context("stat")?.1;
+    let f: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
+    Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+}
+
+/// Issue 25, class 1: an accept that fails (EMFILE) leaves the connection
+/// queued, so the next accept fails at once; retried at once, it spun on
+/// the thread that also drains events.  The daemon's descriptors are
+/// capped at what it holds (prlimit), and a client connects.
+#[test]
+fn a_failing_accept_does_not_spin() -> Result<()> {
+    require_root();
+    let mut daemon = Daemon::start()?;
+    let pid = daemon.pid();
+    let held: std::collections::HashSet<u32> = std::fs::read_dir(format!("/proc/{pid}/fd"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let lowest_free = (0..).find(|n| !held.contains(n)).unwrap();
+    let limit = |soft: &str| run(Command::new("prlimit").arg(format!("--pid={pid}")).arg(format!("--nofile={soft}:")));
+    let before =
+        run(Command::new("prlimit").arg(format!("--pid={pid}")).args(["--nofile", "--output=SOFT", "--noheadings"]))?;
+    limit(&lowest_free.to_string())?;
+    let _queued = std::os::unix::net::UnixStream::connect(daemon.socket())?;
+    std::thread::sleep(Duration::from_millis(200));
+    let cpu = cpu_seconds(pid)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = cpu_seconds(pid)? - cpu;
+    limit(before.trim())?;
+    println!("  2 s with an accept failing (EMFILE): {spent:.2} s of the daemon's CPU");
+    daemon.wait_log("cannot accept connections", Duration::from_secs(2))?;
+    assert!(spent < 0.3, "the daemon spent {spent:.2} s of CPU in 2 s retrying a failing accept");
+    assert!(status_answers(&daemon, Duration::from_secs(5))?, "wbctl got no answer once descriptors were free again");
+    Ok(())
+}

@@ -36,6 +36,10 @@ const PER_USER: usize = 4;
 /// Slots only root may take, however many users the control group has.
 const ROOT_RESERVED: usize = 8;
 const IDLE: Duration = Duration::from_secs(10);
+/// A failed accept (EMFILE: the connection stays queued, and the next
+/// accept fails at once) waits this long before the next: a retry at
+/// once would spin on the thread that also drains events.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// What the intake task publishes for the socket to read.
 pub struct Shared {
@@ -189,8 +193,9 @@ pub async fn serve(
     let slots = Arc::new(Slots::default());
     // Composed once: a flood of refused peers costs no group lookups.
     let refused = refusal(read_group);
+    let mut failing = false;
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let Some((stream, _)) = accepted(listener.accept().await, &mut failing).await else { continue };
         // Credentials first: a peer that may not read takes no slot.
         let Ok(cred) = stream.peer_cred() else { continue };
         let uid = cred.uid();
@@ -209,6 +214,24 @@ pub async fn serve(
             let _ = client(stream, uid, shared, commands).await;
             drop(slot);
         });
+    }
+}
+
+/// What an accept gave; after an error, None once ACCEPT_BACKOFF has
+/// passed (logged at the first of a run of failures).
+async fn accepted<T>(result: std::io::Result<T>, failing: &mut bool) -> Option<T> {
+    match result {
+        Ok(v) => {
+            *failing = false;
+            Some(v)
+        }
+        Err(e) => {
+            if !std::mem::replace(failing, true) {
+                tracing::warn!(error = %e, "cannot accept connections; retrying every 100 ms");
+            }
+            tokio::time::sleep(ACCEPT_BACKOFF).await;
+            None
+        }
     }
 }
 
@@ -326,8 +349,9 @@ pub async fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Mutex<Sh
         Err(e) => return tracing::error!(error = %e, "metrics listener unusable"),
     };
     let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
+    let mut failing = false;
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let Some((mut stream, _)) = accepted(listener.accept().await, &mut failing).await else { continue };
         let Ok(permit) = slots.clone().try_acquire_owned() else { continue };
         let shared = shared.clone();
         tokio::spawn(async move {
