@@ -32,6 +32,8 @@ pub struct DeviceShared {
     est: Mutex<Estimator>,
     window: AtomicU64,
     chunk: AtomicU64,
+    /// Spans end at multiples of it (0: anywhere; see compress_grain).
+    grain: u64,
 }
 
 impl DeviceShared {
@@ -42,7 +44,22 @@ impl DeviceShared {
             est: Mutex::new(Estimator::new(100 << 20)),
             window: AtomicU64::new(1 << 20),
             chunk: AtomicU64::new(1 << 20),
+            grain: 0,
         }
+    }
+
+    /// Whether a span ending at `end` is flushed: on a device with a grain
+    /// only at a multiple of it.  The first span can end elsewhere, sized
+    /// before BPF knew the grain: the next one takes it in (flush_start).
+    pub fn flushes_span_to(&self, end: u64) -> bool {
+        self.grain == 0 || end % self.grain == 0
+    }
+
+    /// Where a flush from `start` begins: on a device with a grain at the
+    /// multiple below, so that what btrfs writes back begins there too (its
+    /// range starts at the first dirty page asked for).
+    pub fn flush_start(&self, start: u64) -> u64 {
+        if self.grain == 0 { start } else { start / self.grain * self.grain }
     }
 
     pub fn window(&self) -> u64 {
@@ -154,6 +171,7 @@ impl Devices {
                     est: Mutex::new(Estimator::new(initial_bw)),
                     window: AtomicU64::new(window),
                     chunk: AtomicU64::new(bandwidth::chunk(initial_bw, in_flight, max_request)),
+                    grain,
                 }),
                 sb_devs: HashSet::new(),
                 max_request,

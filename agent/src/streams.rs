@@ -12,7 +12,7 @@ use crate::{
     abi::{EventKind, RelPath, wb_event},
     bandwidth::Active,
     counters::{Counters, ErrorKind},
-    devices::Devices,
+    devices::{DeviceShared, Devices},
     flusher::{Batch, Flush, Flushers, StreamFile, Target},
     handles::ClosedFile,
     status::printable,
@@ -133,9 +133,9 @@ pub struct StreamTable {
     over_cap_logged: bool,
 }
 
-/// Writeback of the event's range of `target`, waiting for nothing.
-fn flush_of(ev: &wb_event, target: Target) -> Flush {
-    Flush { target, start: ev.start, end: ev.end }
+/// Writeback of the event's range of `target` on `dev`, waiting for nothing.
+fn flush_of(ev: &wb_event, target: Target, dev: &DeviceShared) -> Flush {
+    Flush { target, start: dev.flush_start(ev.start), end: ev.end }
 }
 
 /// What names the event's inode for good, to open it by handle (or, on a
@@ -204,7 +204,10 @@ impl StreamTable {
         if ev.fd >= 0 {
             s.fd = ev.fd;
         }
-        let job = flush_of(ev, Target::Held(s.file.clone()));
+        if !dev.flushes_span_to(ev.end) {
+            return;
+        }
+        let job = flush_of(ev, Target::Held(s.file.clone()), &dev);
         self.flushers.submit(&s.bdi, &dev, Batch { owner: s.id, flushes: vec![job] });
     }
 
@@ -284,14 +287,14 @@ impl StreamTable {
         let dev = self.devices.note(ev);
         if let Some(s) = self.streams.remove(&key) {
             s.file.set_path(path);
-            let job = flush_of(ev, Target::Held(s.file.clone()));
+            let job = flush_of(ev, Target::Held(s.file.clone()), &dev);
             self.flushers.submit(&s.bdi, &dev, Batch { owner: s.id, flushes: vec![job] });
             self.ended(key, s, tail, "closed");
             return;
         }
         let now = Instant::now();
         self.note_writer(key.tgid, ev, tail, now);
-        let job = flush_of(ev, Target::Closed(closed_file(key, ev, path)));
+        let job = flush_of(ev, Target::Closed(closed_file(key, ev, path)), &dev);
         let slot = (ev.bdi(), key.tgid);
         let budget = self.devices.budget(&slot.0);
         if budget != 0 {
@@ -324,7 +327,10 @@ impl StreamTable {
     /// until it exits or stops.
     fn by_handle(&mut self, key: StreamKey, ev: &wb_event, dev: &Arc<crate::devices::DeviceShared>) {
         self.note_writer(key.tgid, ev, ev.end - ev.start, Instant::now()).windowed = true;
-        let job = flush_of(ev, Target::Window(closed_file(key, ev, None)));
+        if !dev.flushes_span_to(ev.end) {
+            return;
+        }
+        let job = flush_of(ev, Target::Window(closed_file(key, ev, None)), dev);
         self.flushers.submit(&ev.bdi(), dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
     }
 
