@@ -92,8 +92,6 @@ struct Device {
     /// One maximal request of the device, the floor of its window (and
     /// of its chunk); at least the grain.
     max_request: u64,
-    /// Spans end at multiples of it (0: anywhere; see compress_grain).
-    grain: u64,
     /// The kernel has the bdi's pacing knobs (read once: a bdi keeps them).
     knobs: bool,
     /// What BPF was last told (wb_device).
@@ -109,7 +107,7 @@ struct Device {
 impl Device {
     /// What BPF knows of the device (for each of its superblocks).
     fn entry(&self, bw: u64, batch_closes: bool) -> wb_device {
-        wb_device { bw, floor: self.max_request, batch_closes: batch_closes as u64, grain: self.grain }
+        wb_device { bw, floor: self.max_request, batch_closes: batch_closes as u64, grain: self.shared.grain }
     }
 }
 
@@ -175,7 +173,6 @@ impl Devices {
                 }),
                 sb_devs: HashSet::new(),
                 max_request,
-                grain,
                 knobs: self.pacer.available(&bdi),
                 pushed_bw: 0,
                 pushed_batch: false,
