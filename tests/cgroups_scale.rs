@@ -4,27 +4,13 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use wb_tests::*;
 
 /// Cgroups the user makes: groups of 200 (mkdir with many arguments, one
 /// process per group), so their directories are read as well as stat'ed.
 const GROUPS: u32 = 100;
 const PER_GROUP: u32 = 200;
-
-/// User and system CPU time of a process so far (/proc/<pid>/stat fields 14
-/// and 15, in clock ticks).
-fn cpu_time(pid: u32) -> Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The command name may hold spaces: count fields after its ')'.
-    let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or_default();
-    let f: Vec<u64> = after.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
-    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    match f[..] {
-        [utime, stime] => Ok(Duration::from_secs_f64((utime + stime) as f64 / tick)),
-        _ => bail!("cannot read the CPU time of {pid}: {stat}"),
-    }
-}
 
 #[test]
 fn a_users_many_cgroups_cost_little_and_take_no_services_policy() -> Result<()> {
@@ -54,9 +40,9 @@ fn a_users_many_cgroups_cost_little_and_take_no_services_policy() -> Result<()> 
     );
     let mut daemon = Daemon::start_with_policy(&policy)?;
     std::thread::sleep(Duration::from_secs(1));
-    let (before, secs) = (cpu_time(daemon.pid())?, 5);
+    let (before, secs) = (cpu_secs(daemon.pid())?, 5);
     std::thread::sleep(Duration::from_secs(secs));
-    let share = (cpu_time(daemon.pid())? - before).as_secs_f64() / secs as f64;
+    let share = (cpu_secs(daemon.pid())? - before) / secs as f64;
     println!("  {n} cgroups of user 65534: daemon CPU {:.1}% of a core over {secs} s", share * 100.0);
 
     // Policies reach BPF, not only the log: the service's writer is left

@@ -398,15 +398,6 @@ fn a_mount_point_cannot_forge_a_log_line() -> Result<()> {
     Ok(())
 }
 
-/// CPU seconds (user + system) process `pid` has used.
-fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after_comm = stat.rsplit_once(')').context("stat")?.1;
-    let f: Vec<&str> = after_comm.split_whitespace().collect();
-    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
-    Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
-}
-
 /// Issue 25, class 1: an accept that fails (EMFILE) leaves the connection
 /// queued, so the next accept fails at once; retried at once, it spun on
 /// the thread that also drains events.  The daemon's descriptors are
@@ -426,9 +417,9 @@ fn a_failing_accept_does_not_spin() -> Result<()> {
     limit(&lowest_free.to_string())?;
     let _queued = std::os::unix::net::UnixStream::connect(daemon.socket())?;
     std::thread::sleep(Duration::from_millis(200));
-    let cpu = cpu_seconds(pid)?;
+    let cpu = cpu_secs(pid)?;
     std::thread::sleep(Duration::from_secs(2));
-    let spent = cpu_seconds(pid)? - cpu;
+    let spent = cpu_secs(pid)? - cpu;
     limit(before.trim())?;
     println!("  2 s with an accept failing (EMFILE): {spent:.2} s of the daemon's CPU");
     daemon.wait_log("cannot accept connections", Duration::from_secs(2))?;

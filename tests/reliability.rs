@@ -149,15 +149,6 @@ print(" ".join(map(str, innocent)))
     Ok(())
 }
 
-/// CPU seconds the process has used (utime + stime).
-fn cpu_secs(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
-    Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
-}
-
 /// A filesystem that fails under a stream (xfs forced shut down: every
 /// writeback then returns EIO) and one that fills up (ENOSPC): the daemon
 /// logs, drops what failed, does not spin, and keeps serving others.

@@ -5,7 +5,7 @@ use std::{
     process::{Child, Command, ExitStatus, Stdio},
 };
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 /// A command (often a shell pipeline) in a process group of its own, so that
 /// dropping it kills the whole pipeline, also when the test fails.
@@ -36,5 +36,19 @@ impl Drop for Background {
             unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
             let _ = self.0.wait();
         }
+    }
+}
+
+/// CPU seconds process `pid` has used so far, all its threads (utime +
+/// stime: /proc/<pid>/stat fields 14 and 15, in clock ticks).
+pub fn cpu_secs(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may hold spaces: count fields after its ')'.
+    let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or_default();
+    let f: Vec<u64> = after.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    match f[..] {
+        [utime, stime] => Ok((utime + stime) as f64 / tick),
+        _ => bail!("cannot read the CPU time of {pid}: {stat}"),
     }
 }

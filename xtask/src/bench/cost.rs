@@ -16,7 +16,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use wb_tests::{Daemon, LoopDevice, MIB, Mounted, Sample, Sampler, Scratch, sampler::peak, sh};
+use wb_tests::{Daemon, LoopDevice, MIB, Mounted, Sample, Sampler, Scratch, cpu_secs, sampler::peak, sh};
 
 use super::{
     modes::{self, Mode},
@@ -357,15 +357,6 @@ impl Agent {
             lost: last.lost() - self.start.lost(),
         })
     }
-}
-
-/// CPU seconds a process has used (utime + stime, all its threads).
-fn cpu_secs(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
-    Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
 }
 
 fn status_kib(pid: u32, key: &str) -> Result<u64> {
