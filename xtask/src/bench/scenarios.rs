@@ -282,10 +282,11 @@ pub fn make_sources(root: &Path, sizes: &Sizes, compressible: bool) -> Result<(P
 
 /// `files` files of up to `max` bytes cut from a tar of /usr/lib and
 /// /usr/share: what a filesystem that compresses meets (programs,
-/// libraries, text, and some data already compressed; zstd -1 makes 3 GiB
-/// of it 1.2 GiB here).  Sizes as random_tree's; contents from this
-/// machine's /usr, in name order; sizes drawn like random_tree's.
-/// Returns the total.
+/// libraries, text, and some data already compressed; compress=zstd:1
+/// wrote 0.9 GiB of it as 0.39 GiB here).  Contents from this machine's
+/// /usr, in name order; sizes up to `max` from random_tree's generator
+/// and seed, one draw per file (so not random_tree's sizes).  Returns the
+/// total.
 fn corpus_tree(dir: &Path, files: u32, max: u64) -> Result<u64> {
     use std::io::Read;
     let mut tar = Command::new("tar")
