@@ -291,3 +291,75 @@ fn files_left_to_the_kernel_are_written_when_their_writer_ends() -> Result<()> {
     assert!(held < MIB, "{held} bytes still dirty 4 s after the copy:\n{log}");
     Ok(())
 }
+
+/// #25 class 3: a daemon killed while its flusher waits in the kernel on a
+/// stalled device (a FUSE-backed loop device that stopped answering, a dying
+/// stick; here the device's cap cut to 4 KiB/s) cannot finish exiting, and
+/// its lock stayed held for as long as the device stalled: `--restore`
+/// (the unit's ExecStopPost) and every restart were refused, and the device
+/// kept `strict_limit`.  Both now take over from such a holder.
+#[test]
+fn a_daemon_killed_while_stuck_in_the_kernel_gives_way() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::throttled(2048, 80 << 20)?, "ext4")?;
+    let knobs = BdiKnobs::of(&fs)?;
+    let (original, _guards) = keep(&knobs)?;
+    let mut daemon = Daemon::start()?;
+    let _w = writer(&fs, "1536M")?;
+    knobs.wait_for("1", "while streaming")?;
+    // Dropped before the daemon: the stuck thread and the test's exit need
+    // the device to drain, whatever fails below.
+    let _unstall = Unstall(&fs.device);
+    fs.device.set_write_rate(4096)?;
+    let pid = daemon.pid();
+    poll(Duration::from_secs(20), "a daemon thread waiting in D state", || thread_states(pid).contains(&'D'))?;
+    daemon.sigkill();
+    poll(Duration::from_secs(10), "the killed daemon's main thread gone", || thread_states(pid).first() == Some(&'Z'))?;
+    println!("  killed daemon's threads: {:?}", thread_states(pid));
+
+    let (status, out) = run_writebehindd(&["--restore"], Duration::from_secs(10))?;
+    println!("  --restore: {}", out.trim());
+    assert!(status.success(), "--restore refused beside a dying daemon ({status}):\n{out}");
+    assert!(out.contains(&format!("pid {pid} was killed")), "{out}");
+    assert_eq!(knobs.values(), original, "--restore puts the values back:\n{out}");
+    let next = Daemon::start()?;
+    let log = next.stop()?;
+    assert!(log.contains("attached"), "{log}");
+    assert_eq!(thread_states(pid).first(), Some(&'Z'), "the device drained during the test: it proves nothing");
+
+    drop(_unstall);
+    daemon.wait_exit(Duration::from_secs(60))?;
+    Ok(())
+}
+
+/// Lifts a stalled device's cap when dropped.
+struct Unstall<'a>(&'a LoopDevice);
+
+impl Drop for Unstall<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.set_write_rate(0);
+    }
+}
+
+/// The state letter of each thread of `pid`, its main thread first; empty
+/// once it is gone.
+fn thread_states(pid: u32) -> Vec<char> {
+    let state = |stat: String| stat.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next());
+    let main = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(state);
+    let others = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|t| t.file_name().to_string_lossy() != pid.to_string())
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok().and_then(state));
+    main.into_iter().chain(others).collect()
+}
+
+fn poll(within: Duration, what: &str, mut done: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + within;
+    while !done() {
+        anyhow::ensure!(Instant::now() < deadline, "not within {within:?}: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}

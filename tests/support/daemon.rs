@@ -226,6 +226,12 @@ impl Daemon {
         Ok(self.log_text())
     }
 
+    /// SIGKILL without waiting for the exit, which a thread stuck in the
+    /// kernel can hold up for as long as it stays stuck.
+    pub fn sigkill(&self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+    }
+
     fn terminate(&mut self) -> Result<std::process::ExitStatus> {
         if let Some(st) = self.child.try_wait()? {
             return Ok(st);
