@@ -45,11 +45,14 @@ pub async fn run(
     let mut drops_seen = 0;
     tokio::pin!(shutdown);
     loop {
+        let mut behind = false;
         tokio::select! {
             guard = events.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), table);
-                guard.clear_ready();
+                behind = drain(guard.get_inner_mut(), table);
+                if !behind {
+                    guard.clear_ready();
+                }
             }
             _ = batch_tick.tick() => {
                 // Closes that never crossed a window do not wake the
@@ -73,10 +76,19 @@ pub async fn run(
                 }
             }
             _ = &mut shutdown => {
-                // What was emitted before the signal is still acted on.
-                drain(events.get_mut(), table);
+                // What was emitted before the signal is still acted on (a
+                // flood's endless supply is not).
+                for _ in 0..SHUTDOWN_SLICES {
+                    if !drain(events.get_mut(), table) {
+                        break;
+                    }
+                }
                 return Ok(());
             }
+        }
+        if behind {
+            // The control socket's task runs on this thread too.
+            tokio::task::yield_now().await;
         }
     }
 }
@@ -127,8 +139,23 @@ impl Control {
     }
 }
 
-fn drain(ring: &mut RingBuf<MapData>, table: &mut StreamTable) {
-    while let Some(item) = ring.next() {
+/// Events handled at most per drain.  This task also answers `wbctl`, runs
+/// the ticks (pacing, batches, the watchdog's ping) and takes signals: a
+/// flood of closes faster than the agent handles them never lets the ring
+/// empty, and a drain until empty never returned — `wbctl` went silent and
+/// systemd's watchdog killed a daemon that was only busy (#25, class 1).
+/// Between slices every other branch gets its turn, so the watchdog now
+/// hears from a busy daemon and only a stuck one goes quiet.  The ring
+/// itself bounds the backlog: 1 MiB, of which closes may fill half before
+/// BPF sheds them, about 3,000 events, so a span waits behind at most that.
+const SLICE: usize = 4096;
+/// At most this many slices when stopping.
+const SHUTDOWN_SLICES: usize = 16;
+
+/// Handles up to SLICE events; true if the ring still holds more.
+fn drain(ring: &mut RingBuf<MapData>, table: &mut StreamTable) -> bool {
+    for _ in 0..SLICE {
+        let Some(item) = ring.next() else { return false };
         let decoded = wb_event::decode_any(&item);
         drop(item);
         match decoded {
@@ -136,4 +163,5 @@ fn drain(ring: &mut RingBuf<MapData>, table: &mut StreamTable) {
             None => table.error(ErrorKind::BadEvent),
         }
     }
+    true
 }

@@ -425,7 +425,7 @@ impl StreamTable {
                 if s.file.writer_exited() {
                     Some((*k, "writer exited"))
                 } else if s.last_span.elapsed() >= Duration::from_secs(1)
-                    && sys::fd_still_names(k.tgid, s.fd, k.file.ino) == Some(false)
+                    && sys::fd_still_names(k.tgid, s.fd, k.file) == Some(false)
                 {
                     Some((*k, "closed unseen"))
                 } else {

@@ -183,22 +183,27 @@ pub fn cached_identity(fd: RawFd) -> io::Result<(FileId, libc::mode_t)> {
     Ok((FileId { dev, ino: stx.stx_ino }, stx.stx_mode as libc::mode_t & libc::S_IFMT))
 }
 
-/// Whether process `pid` still has the inode `ino` open as `fd`, from
-/// /proc/<pid>/fdinfo/<fd> (procfs alone: no filesystem is asked).  None
-/// when it cannot tell (no "ino:" line before Linux 5.14, no access).
-pub fn fd_still_names(pid: u32, fd: i32, ino: u64) -> Option<bool> {
-    use std::io::Read;
-    // The first lines are pos, flags, mnt_id and ino; an epoll or inotify
-    // descriptor put there lists its watches after them, unbounded.
-    let mut head = [0u8; 256];
-    let n = match std::fs::File::open(format!("/proc/{pid}/fdinfo/{fd}")).and_then(|mut f| f.read(&mut head)) {
-        Ok(n) => n,
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Some(false),
-        Err(_) => return None,
-    };
-    let text = std::str::from_utf8(&head[..n]).ok()?;
-    let line = text.lines().find_map(|l| l.strip_prefix("ino:"))?;
-    Some(line.trim().parse::<u64>().ok()? == ino)
+/// Whether process `pid` still has the file `id` open as `fd`: a statx of
+/// /proc/<pid>/fd/<fd>, which procfs resolves to the open file itself, read
+/// from the inode in memory (AT_STATX_DONT_SYNC, as in cached_identity;
+/// no open intent, so no filesystem revalidates it).  Not from
+/// /proc/<pid>/fdinfo/<fd>: the kernel formats every lock the writer holds
+/// on the file into it, however little of it is read, and a user holding
+/// byte-range locks on a streamed file made each of these once-a-second
+/// checks cost the intake thread that much (#25, class 1).  None when it
+/// cannot tell (no access).
+pub fn fd_still_names(pid: u32, fd: i32, id: FileId) -> Option<bool> {
+    let path = CString::new(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let flags = libc::AT_STATX_DONT_SYNC;
+    if unsafe { libc::statx(libc::AT_FDCWD, path.as_ptr(), flags, libc::STATX_INO, &mut stx) } != 0 {
+        return match io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENOENT | libc::ESRCH) => Some(false),
+            _ => None,
+        };
+    }
+    let dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
+    Some(FileId { dev, ino: stx.stx_ino } == id)
 }
 
 /// sync_file_range(2) on [start, end).
@@ -419,6 +424,19 @@ mod tests {
         assert!(reader >= 0);
         writer.join().unwrap().unwrap();
         unsafe { libc::close(reader) };
+    }
+
+    #[test]
+    fn an_fd_is_known_by_the_file_it_names() {
+        let t = Tree::new("fdnames");
+        std::fs::write(t.path("a"), b"a").unwrap();
+        let f = std::fs::File::open(t.path("a")).unwrap();
+        let (me, fd) = (std::process::id(), f.as_raw_fd());
+        assert_eq!(fd_still_names(me, fd, t.id("a")), Some(true));
+        std::fs::write(t.path("b"), b"b").unwrap();
+        assert_eq!(fd_still_names(me, fd, t.id("b")), Some(false), "another file");
+        drop(f);
+        assert_eq!(fd_still_names(me, fd, t.id("a")), Some(false), "closed");
     }
 
     #[test]
