@@ -306,6 +306,97 @@ fn a_user_with_many_open_files_leaves_others_tracked() -> Result<()> {
     Ok(())
 }
 
+/// Class 1 (second round): a user keeps eight streamed files open and idle,
+/// holding 10,000 byte-range locks on each.  The once-a-second check that
+/// a stream's descriptor still names its file read /proc/<pid>/fdinfo, into
+/// which the kernel formats every lock the writer holds on the file: the
+/// intake thread paid for each of them at every check.  The check now costs
+/// the same whatever the writer holds.  (Measured here: one read of the
+/// fdinfo of a file under 10,000 locks takes 20 ms; making them, 0.3 s.)
+#[test]
+fn locks_on_a_streamed_file_cost_the_daemon_nothing() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    // Every other byte: no two locks merge.  Each new lock is checked
+    // against all the file's locks, so more per file take quadratically longer.
+    let hold = "import fcntl,os,sys,time\nfds=[]\n\
+                for k in range(8):\n    fd=os.open(f'{sys.argv[1]}/held{k}',os.O_RDWR|os.O_CREAT,0o644)\n    \
+                fds.append(fd)\n    for _ in range(4): os.write(fd,b'h'*(1<<20))\n\
+                for fd in fds:\n    for i in range(9999,-1,-1): fcntl.lockf(fd,fcntl.LOCK_EX|fcntl.LOCK_NB,1,2*i)\n\
+                print('locked',flush=True)\ntime.sleep(60)\n";
+    let mut holder = Background::spawn(nobody_python(hold).arg(&dir).stdout(Stdio::piped()))?;
+    await_line(&mut holder.0, "locked")?;
+    std::thread::sleep(Duration::from_secs(2));
+    let before = cpu_secs(daemon.pid())?;
+    std::thread::sleep(Duration::from_secs(5));
+    let spent = cpu_secs(daemon.pid())? - before;
+    let log = daemon.stop()?;
+    let streams = log.lines().filter(|l| l.contains("stream started")).count();
+    println!("{streams} streams held idle under 80,000 locks: the daemon spent {spent:.2} s of CPU in 5 s");
+    assert!(streams >= 8, "the held files were not streams: the test shows nothing:\n{log}");
+    assert!(spent < 0.25, "the writer's locks cost the daemon {spent:.2} s of CPU in 5 s");
+    Ok(())
+}
+
+/// Class 4 (second round): a device's flusher thread cannot be started —
+/// the unit's TasksMax is reached, here the daemon's v1 pids cgroup held
+/// at its count.  The failed spawn panicked the daemon.  Now that device's
+/// writeback is left to the kernel, counted as no_thread, and its thread
+/// starts once one can.
+#[test]
+fn a_thread_that_cannot_start_leaves_the_device_to_the_kernel() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    let cap = PidsCap::new(daemon.pid())?;
+    let write = |name: &str| {
+        run(as_nobody("dd")
+            .args(["if=/dev/zero", "bs=1M", "count=32", "status=none"])
+            .arg(format!("of={}", dir.join(name).display())))
+    };
+    write("capped")?;
+    std::thread::sleep(Duration::from_secs(1));
+    daemon.counter("events").with_context(|| format!("the daemon died:\n{}", daemon.log_text()))?;
+    let refused = daemon.counter("error_no_thread")?;
+    println!("flushes left to the kernel for want of a thread: {refused}");
+    assert!(refused > 0, "a thread started under the cap: the test shows nothing");
+    drop(cap);
+    let flushed = daemon.counter("spans_flushed")?;
+    write("uncapped")?;
+    std::thread::sleep(Duration::from_secs(1));
+    let log = daemon.stop()?;
+    assert!(stopped_counter(&log, "spans_flushed") > flushed, "no thread once the cap was lifted:\n{log}");
+    Ok(())
+}
+
+/// A v1 pids cgroup holding a process at its current number of tasks (no
+/// new thread can start); the process is moved back out when dropped.
+struct PidsCap(PathBuf);
+
+impl PidsCap {
+    fn new(pid: u32) -> Result<Self> {
+        let dir = PathBuf::from(format!("/sys/fs/cgroup/pids/wb-test-{}-threads", std::process::id()));
+        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let cap = Self(dir);
+        std::fs::write(cap.0.join("cgroup.procs"), pid.to_string())?;
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))?.count();
+        std::fs::write(cap.0.join("pids.max"), tasks.to_string())?;
+        Ok(cap)
+    }
+}
+
+impl Drop for PidsCap {
+    fn drop(&mut self) {
+        for pid in std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default().lines() {
+            let _ = std::fs::write("/sys/fs/cgroup/pids/cgroup.procs", pid);
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 /// Class 4: a user floods the ring buffer with closes of tiny files while
 /// the agent is stopped for two seconds (as a busy agent would be).  The
 /// closes may fill half of it; another user's stream loses no window.

@@ -23,11 +23,14 @@ pub enum ErrorKind {
     /// A cap was reached (files held, flushes queued): the excess is left
     /// to the kernel's own writeback.
     OverCap,
+    /// No thread could be started for a device (TasksMax, pids.max, memory):
+    /// its flushes are left to the kernel until one can.
+    NoThread,
     Other,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 9] = [
+    pub const ALL: [ErrorKind; 10] = [
         Self::ProcessGone,
         Self::FileGone,
         Self::IdentityMismatch,
@@ -36,6 +39,7 @@ impl ErrorKind {
         Self::NoHandle,
         Self::BadEvent,
         Self::OverCap,
+        Self::NoThread,
         Self::Other,
     ];
 
@@ -49,6 +53,7 @@ impl ErrorKind {
             Self::NoHandle => "no_handle",
             Self::BadEvent => "bad_event",
             Self::OverCap => "over_cap",
+            Self::NoThread => "no_thread",
             Self::Other => "other",
         }
     }

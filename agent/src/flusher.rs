@@ -26,7 +26,7 @@ use std::{
     thread::{self, JoinHandle},
 };
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::{
     abi::RelPath,
@@ -149,35 +149,54 @@ struct Queue {
     backlog: Arc<Backlog>,
     /// "Queue full" was logged (again once it has drained to half).
     full_logged: bool,
+    /// When it was last given a batch.
+    last: Instant,
 }
+
+/// A device's thread is ended once it was given nothing for this long (and
+/// has nothing queued), and started again at its next batch.  Every FUSE
+/// mount is a device, and user namespaces let a user make any number of
+/// them: a thread kept for each device ever written would let one user
+/// make the daemon run out of tasks (#25, class 4).
+const THREAD_IDLE: Duration = Duration::from_secs(60);
 
 pub struct Flushers {
     devices: HashMap<String, Queue>,
     counters: Arc<Counters>,
     /// Set at shutdown: submit what is queued, skip the waits.
     stopping: Arc<AtomicBool>,
+    /// A failed thread start was logged (again once one starts).
+    no_thread_logged: bool,
 }
 
 impl Flushers {
     pub fn new(counters: Arc<Counters>) -> Self {
-        Self { devices: HashMap::new(), counters, stopping: Arc::new(AtomicBool::new(false)) }
+        Self { devices: HashMap::new(), counters, stopping: Arc::new(AtomicBool::new(false)), no_thread_logged: false }
     }
 
-    /// Queues a batch for the device's thread, or leaves it to the kernel
-    /// (counted as over_cap) when the device is MAX_QUEUED flushes behind.
+    /// Queues a batch for the device's thread, or leaves it to the kernel:
+    /// counted as over_cap when the device is MAX_QUEUED flushes behind, as
+    /// no_thread when its thread cannot be started (the unit's TasksMax, a
+    /// pids limit, no memory for a stack).
     pub fn submit(&mut self, bdi: &str, device: &Arc<DeviceShared>, batch: Batch) {
-        let q = self.devices.entry(bdi.to_owned()).or_insert_with(|| {
-            let (tx, rx) = mpsc::channel();
-            let backlog = Arc::new(Backlog::default());
-            let mut submitter = Submitter::new(device.clone(), self.counters.clone(), self.stopping.clone());
-            let drained = backlog.clone();
-            let handle = thread::Builder::new()
-                .name(format!("flush-{bdi}"))
-                .spawn(move || submitter.run(rx, &drained))
-                .expect("cannot spawn flusher thread");
-            Queue { tx, handle, backlog, full_logged: false }
-        });
         let n = batch.flushes.len();
+        if !self.devices.contains_key(bdi) {
+            match self.start(bdi, device) {
+                Ok(q) => {
+                    self.devices.insert(bdi.to_owned(), q);
+                    self.no_thread_logged = false;
+                }
+                Err(e) => {
+                    self.counters.errors_add(ErrorKind::NoThread, n as u64);
+                    if !std::mem::replace(&mut self.no_thread_logged, true) {
+                        tracing::warn!(bdi, error = %e, "cannot start a flusher thread: the device's writeback is left to the kernel");
+                    }
+                    return;
+                }
+            }
+        }
+        let q = self.devices.get_mut(bdi).expect("started above");
+        q.last = Instant::now();
         if !q.backlog.try_add(n) {
             self.counters.errors_add(ErrorKind::OverCap, n as u64);
             if !std::mem::replace(&mut q.full_logged, true) {
@@ -194,6 +213,28 @@ impl Flushers {
         }
         // The thread only ends when its sender is dropped, so send cannot fail.
         let _ = q.tx.send(batch);
+    }
+
+    fn start(&self, bdi: &str, device: &Arc<DeviceShared>) -> std::io::Result<Queue> {
+        let (tx, rx) = mpsc::channel();
+        let backlog = Arc::new(Backlog::default());
+        let mut submitter = Submitter::new(device.clone(), self.counters.clone(), self.stopping.clone());
+        let drained = backlog.clone();
+        let handle = thread::Builder::new().name(format!("flush-{bdi}")).spawn(move || submitter.run(rx, &drained))?;
+        Ok(Queue { tx, handle, backlog, full_logged: false, last: Instant::now() })
+    }
+
+    /// Ends the threads of devices idle for THREAD_IDLE: dropping the
+    /// sender ends a thread once what it has in flight is done.
+    pub fn retire_idle(&mut self) {
+        let now = Instant::now();
+        self.devices.retain(|bdi, q| {
+            let idle = now - q.last >= THREAD_IDLE && q.backlog.len() == 0;
+            if idle {
+                tracing::debug!(bdi, "flusher thread ended (idle)");
+            }
+            !idle
+        });
     }
 
     /// Hands every queued span to writeback (without waiting for any) and
@@ -532,7 +573,10 @@ mod tests {
         let (tx, _rx) = mpsc::channel();
         let handle = thread::spawn(|| ());
         let backlog = Arc::new(Backlog::default());
-        f.devices.insert("hung".into(), Queue { tx, handle, backlog: backlog.clone(), full_logged: false });
+        f.devices.insert(
+            "hung".into(),
+            Queue { tx, handle, backlog: backlog.clone(), full_logged: false, last: Instant::now() },
+        );
         let dev = Arc::new(DeviceShared::for_tests());
         for i in 0..(MAX_QUEUED as u64 + 100) {
             f.submit("hung", &dev, batch(1, i));

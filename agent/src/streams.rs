@@ -399,6 +399,7 @@ impl StreamTable {
             }
         }
         self.devices.tick(&active, on_battery);
+        self.flushers.retire_idle();
     }
 
     /// The root policy changed (reload).
