@@ -52,14 +52,14 @@ impl DeviceShared {
     /// only at a multiple of it.  The first span can end elsewhere, sized
     /// before BPF knew the grain: the next one takes it in (flush_start).
     pub fn flushes_span_to(&self, end: u64) -> bool {
-        self.grain == 0 || end % self.grain == 0
+        self.grain == 0 || end.is_multiple_of(self.grain)
     }
 
     /// Where a flush from `start` begins: on a device with a grain at the
     /// multiple below, so that what btrfs writes back begins there too (its
     /// range starts at the first dirty page asked for).
     pub fn flush_start(&self, start: u64) -> u64 {
-        if self.grain == 0 { start } else { start / self.grain * self.grain }
+        start.checked_div(self.grain).map_or(start, |q| q * self.grain)
     }
 
     pub fn window(&self) -> u64 {
