@@ -235,6 +235,41 @@ fn a_writer_that_stops_writing_stops_pacing() -> Result<()> {
     Ok(())
 }
 
+/// Class 2 (second round): one 16 MiB burst, then a one-byte file closed
+/// every second.  The closes alone kept the device paced — and every other
+/// writer of it throttled — for as long as they went on, at no cost to
+/// their user.  Now a writer counts only while it dirties a sixteenth of
+/// the device's bandwidth or more.
+#[test]
+fn a_trickle_of_closes_does_not_keep_a_device_paced() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::throttled(1024, 30 << 20)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let knobs = BdiKnobs::of(&fs)?;
+    let original = knobs.values();
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    let trickle = "import os,sys,time\nd=sys.argv[1]\n\
+                   fd=os.open(d+'/burst',os.O_WRONLY|os.O_CREAT,0o644); os.write(fd,b'b'*(16<<20)); os.close(fd)\n\
+                   print('burst',flush=True)\n\
+                   for i in range(30):\n    time.sleep(1)\n    \
+                   fd=os.open(f'{d}/t{i}',os.O_WRONLY|os.O_CREAT,0o644); os.write(fd,b't'); os.close(fd)\n";
+    let mut w = Background::spawn(nobody_python(trickle).arg(&dir).stdout(Stdio::piped()))?;
+    await_line(&mut w.0, "burst")?;
+    knobs.wait_for("1", "after the burst")?;
+    let t0 = Instant::now();
+    let mut paced_until = Duration::ZERO;
+    while t0.elapsed() < Duration::from_secs(25) {
+        if knobs.values() != original {
+            paced_until = t0.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = daemon.stop()?;
+    println!("paced until {paced_until:?} after the burst, with a 1-byte close every second");
+    assert!(paced_until < Duration::from_secs(8), "closes kept the device paced {paced_until:?}:\n{log}");
+    Ok(())
+}
+
 /// Class 4: a stream's file is closed without the close being seen (an
 /// O_CLOEXEC descriptor closed by execve).  The daemon lets go of it within
 /// a couple of seconds: the filesystem can be unmounted.

@@ -13,7 +13,7 @@
 //! confirm it; before any sample the agent slow-starts: a small estimate
 //! that at most doubles per completed sample.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The kernel's initial estimate (INIT_BW in mm/page-writeback.c: 100 MB/s).
 pub const KERNEL_INIT_BW: u64 = 100 << 20;
@@ -166,6 +166,52 @@ impl Active {
     }
 }
 
+/// Pacing is for writers that would outrun their device: one counts only
+/// while it dirties at least 1/MEANINGFUL of the device's bandwidth.  A
+/// slower one holds little dirty (its closed files and windows are flushed
+/// behind it anyway), and pacing for it throttles every other writer of the
+/// device.  Counting every close kept a device paced at no cost to the one
+/// who did it: a 16 MiB burst, then a 1-byte file closed each second, held
+/// `strict_limit` for as long as the closes went on (#25, class 2).
+pub const MEANINGFUL: f64 = 16.0;
+
+/// Whether `bytes` dirtied every `per` is worth pacing a device of `bw` for.
+pub fn meaningful(bytes: u64, per: Duration, bw: u64) -> bool {
+    bytes as f64 * MEANINGFUL >= bw as f64 * per.as_secs_f64()
+}
+
+/// A multi-file writer's recent rate, from the bytes of the files it closed:
+/// a sum that decays by e every RATE_TAU, over RATE_TAU.  2 s smooths a
+/// writer that closes a file every second or two, and forgets a burst
+/// within a few seconds.
+#[derive(Debug, Clone, Copy)]
+pub struct Rate {
+    bytes: f64,
+    at: Instant,
+}
+
+const RATE_TAU: f64 = 2.0;
+
+impl Rate {
+    pub fn new(now: Instant) -> Self {
+        Self { bytes: 0.0, at: now }
+    }
+
+    pub fn add(&mut self, bytes: u64, now: Instant) {
+        self.bytes = self.decayed(now) + bytes as f64;
+        self.at = now;
+    }
+
+    fn decayed(&self, now: Instant) -> f64 {
+        self.bytes * (-(now.saturating_duration_since(self.at)).as_secs_f64() / RATE_TAU).exp()
+    }
+
+    /// Whether it is worth pacing a device of `bw` for, now.
+    pub fn meaningful(&self, now: Instant, bw: u64) -> bool {
+        meaningful(self.decayed(now) as u64, Duration::from_secs_f64(RATE_TAU), bw)
+    }
+}
+
 /// The dirty budget for pacing: `dirty_seconds` of bandwidth, but room for
 /// every windowed writer's open window plus what is in flight (two windows
 /// when none is: the kernel's flusher starts at half the cap), and while
@@ -198,6 +244,34 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_burst_is_forgotten_and_a_trickle_never_counts() {
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let mut r = Rate::new(t0);
+        r.add(16 * MIB, t0);
+        assert!(r.meaningful(at(0.1), 30 * MIB), "16 MiB at once is 8 MiB/s for a while");
+        assert!(!r.meaningful(at(6.0), 30 * MIB), "and forgotten within seconds");
+        for i in 0..30 {
+            r.add(1, at(7.0 + i as f64));
+        }
+        assert!(!r.meaningful(at(37.0), 30 * MIB), "a byte a second is nothing");
+    }
+
+    #[test]
+    fn a_writer_closing_a_file_every_second_counts_between_closes() {
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let mut r = Rate::new(t0);
+        // 4 MiB a second to a 30 MiB/s device: well above 1/16 of it.
+        for i in 0..10 {
+            r.add(4 * MIB, at(i as f64));
+        }
+        assert!(r.meaningful(at(9.99), 30 * MIB));
+        assert!(meaningful(8 * MIB, Duration::from_secs(8), 10 * MIB), "1 MiB/s to a 10 MiB/s stick");
+        assert!(!meaningful(8 * MIB, Duration::from_secs(8), 100 * MIB), "but not to a 100 MiB/s disk");
+    }
 
     #[test]
     fn slow_start_doubles_at_most_per_sample() {

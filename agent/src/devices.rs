@@ -21,8 +21,9 @@ use crate::{
     policy::{OnBattery, Policy},
 };
 
-/// A device stays paced this long after its last event, so that a writer
-/// between two files is not released and re-throttled.
+/// A device stays paced this long after its last writer that counted
+/// (`busy`), so that a writer between two files is not released and
+/// re-throttled.
 const LINGER: Duration = Duration::from_secs(2);
 /// The budget is rewritten only when it moved by more than this fraction.
 const BUDGET_SLACK: f64 = 0.1;
@@ -97,7 +98,8 @@ struct Device {
     /// What BPF was last told (wb_device).
     pushed_bw: u64,
     pushed_batch: bool,
-    last_event: Instant,
+    /// When a writer last counted for pacing (`busy`).
+    last_busy: Option<Instant>,
     /// Dirty + writeback bytes of the device at its latest event.
     dirty: u64,
     /// The dirty cap the agent set, 0 when not pacing.
@@ -176,32 +178,41 @@ impl Devices {
                 knobs: self.pacer.available(&bdi),
                 pushed_bw: 0,
                 pushed_batch: false,
-                last_event: Instant::now(),
+                last_busy: None,
                 dirty: 0,
                 budget: 0,
             }
         });
         dev.shared.est.lock().unwrap().kernel(ev.bdi_bw_pages * self.page_size);
-        dev.last_event = Instant::now();
         dev.dirty = (ev.bdi_dirty_pages as i64).max(0) as u64 * self.page_size;
-        let unpaced = dev.budget == 0;
         if dev.sb_devs.insert(ev.sb_dev)
             && let Some(m) = &mut self.map
         {
             let _ = m.insert(ev.sb_dev, dev.entry(dev.shared.bandwidth(), dev.pushed_batch), 0);
         }
-        let shared = dev.shared.clone();
-        if unpaced && self.policy.pacing {
-            // A writer faster than the device piles up ~100 MiB per 100 ms
-            // tick: start pacing now, not at the next tick.
-            self.tick_one(&bdi, Active { writers: 1, windowed: 1 });
+        dev.shared.clone()
+    }
+
+    /// A writer that counts for pacing (bandwidth::meaningful) wrote to
+    /// the device: paced from now, not from the next tick, since a writer
+    /// faster than the device piles up ~100 MiB per 100 ms tick.  Other
+    /// events (a trickle of closes) neither start nor prolong pacing.
+    pub fn busy(&mut self, bdi: &str) {
+        let Some(dev) = self.devs.get_mut(bdi) else { return };
+        dev.last_busy = Some(Instant::now());
+        if dev.budget == 0 && self.policy.pacing {
+            self.tick_one(bdi, Active { writers: 1, windowed: 1 });
         }
-        shared
     }
 
     /// A device an event was noted for.
     pub fn device(&self, bdi: &str) -> Arc<DeviceShared> {
         self.devs.get(bdi).expect("devices are noted before they are used").shared.clone()
+    }
+
+    /// The device's bandwidth estimate (0 for a device never seen).
+    pub fn bandwidth(&self, bdi: &str) -> u64 {
+        self.devs.get(bdi).map_or(0, |d| d.shared.bandwidth())
     }
 
     /// The device's window (the configured one for a device never seen).
@@ -241,7 +252,7 @@ impl Devices {
         // root policy's window here sizes batches and the dirty budget.
         let window = sizing.map_or(fixed, |z| z.window(bw, dev.max_request));
         dev.shared.window.store(window, Relaxed);
-        let busy = active.writers > 0 || dev.last_event.elapsed() < LINGER;
+        let busy = active.writers > 0 || dev.last_busy.is_some_and(|t| t.elapsed() < LINGER);
         if pacing && busy {
             // Between two writers (LINGER) the budget stays as it was:
             // nobody needs a new one (and a stick pulled mid-copy is gone).

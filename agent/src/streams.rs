@@ -10,7 +10,7 @@ use std::{
 
 use crate::{
     abi::{EventKind, RelPath, wb_event},
-    bandwidth::Active,
+    bandwidth::{self, Active, Rate},
     counters::{Counters, ErrorKind},
     devices::{DeviceShared, Devices},
     flusher::{Batch, Flush, Flushers, StreamFile, Target},
@@ -65,6 +65,8 @@ struct Stream {
     last_span: Instant,
     /// Between its latest two windows: a slow stream is not idle sooner.
     gap: Duration,
+    /// Its latest window's bytes: written in `gap`, its rate.
+    last_bytes: u64,
 }
 
 impl Stream {
@@ -73,6 +75,12 @@ impl Stream {
     /// that slow downloads do not flap the device's pacing at every window.
     fn writing(&self, now: Instant, quiet: Duration) -> bool {
         now - self.last_span < quiet.max((2 * self.gap).min(IDLE_MAX))
+    }
+
+    /// Whether it counts for pacing its device (of bandwidth `bw`): still
+    /// writing, at a meaningful rate (its first window always is).
+    fn counts(&self, now: Instant, quiet: Duration, bw: u64) -> bool {
+        self.writing(now, quiet) && bandwidth::meaningful(self.last_bytes, self.gap, bw)
     }
 }
 
@@ -110,6 +118,9 @@ struct Writer {
     bytes: u64,
     started: Instant,
     last: Instant,
+    /// What its closed files (and windows reached by handle) add up to
+    /// lately: it counts for pacing only while that is meaningful.
+    rate: Rate,
     /// Some of its files are reached by handle a window at a time (mmap,
     /// io_uring): those windows are the agent's to flush, and need room in
     /// the device's budget.
@@ -201,14 +212,19 @@ impl StreamTable {
         s.spans += 1;
         s.gap = now - s.last_span;
         s.last_span = now;
+        s.last_bytes = ev.end - ev.start;
         if ev.fd >= 0 {
             s.fd = ev.fd;
+        }
+        let (id, file, bdi) = (s.id, s.file.clone(), s.bdi.clone());
+        if s.counts(now, self.devices.quiet(), dev.bandwidth()) {
+            self.devices.busy(&bdi);
         }
         if !dev.flushes_span_to(ev.end) {
             return;
         }
-        let job = flush_of(ev, Target::Held(s.file.clone()), &dev);
-        self.flushers.submit(&s.bdi, &dev, Batch { owner: s.id, flushes: vec![job] });
+        let job = flush_of(ev, Target::Held(file), &dev);
+        self.flushers.submit(&bdi, &dev, Batch { owner: id, flushes: vec![job] });
     }
 
     /// Starts a stream for the event's writer and file, if the caps allow;
@@ -256,6 +272,7 @@ impl StreamTable {
             spans: 0,
             last_span: now,
             gap: Duration::ZERO,
+            last_bytes: 0,
         };
         tracing::info!(
             pid = key.tgid, uid = ev.uid, comm = %printable(&stream.comm), fd = ev.fd, ino = key.file.ino,
@@ -294,6 +311,7 @@ impl StreamTable {
         }
         let now = Instant::now();
         self.note_writer(key.tgid, ev, tail, now);
+        self.writer_busy(key.tgid);
         let job = flush_of(ev, Target::Closed(closed_file(key, ev, path)), &dev);
         let slot = (ev.bdi(), key.tgid);
         let budget = self.devices.budget(&slot.0);
@@ -327,6 +345,7 @@ impl StreamTable {
     /// until it exits or stops.
     fn by_handle(&mut self, key: StreamKey, ev: &wb_event, dev: &Arc<crate::devices::DeviceShared>) {
         self.note_writer(key.tgid, ev, ev.end - ev.start, Instant::now()).windowed = true;
+        self.writer_busy(key.tgid);
         if !dev.flushes_span_to(ev.end) {
             return;
         }
@@ -338,12 +357,22 @@ impl StreamTable {
         let w = self.writers.entry(tgid).or_insert_with(|| {
             tracing::info!(pid = tgid, comm = %printable(&ev.comm()), bdi = %ev.bdi(), "multi-file writer started");
             let (comm, bdi) = (ev.comm(), ev.bdi());
-            Writer { comm, bdi, files: 0, bytes: 0, started: now, last: now, windowed: false }
+            Writer { comm, bdi, files: 0, bytes: 0, started: now, last: now, rate: Rate::new(now), windowed: false }
         });
         w.files += 1;
         w.bytes += bytes;
         w.last = now;
+        w.rate.add(bytes, now);
         w
+    }
+
+    /// Pacing for a writer that counts, at once (Devices::busy).
+    fn writer_busy(&mut self, tgid: u32) {
+        let Some(w) = self.writers.get(&tgid) else { return };
+        if w.rate.meaningful(Instant::now(), self.devices.bandwidth(&w.bdi)) {
+            let bdi = w.bdi.clone();
+            self.devices.busy(&bdi);
+        }
     }
 
     /// Submits batches that waited long enough; reports idle writers;
@@ -389,12 +418,15 @@ impl StreamTable {
         // writer that keeps its file open and stops must not keep the
         // device (and every other writer of it) paced.
         let quiet = self.devices.quiet();
-        for (key, s) in self.streams.iter().filter(|(_, s)| s.writing(now, quiet)) {
+        // Nor does one, or a multi-file writer, that writes too slowly to
+        // need it (bandwidth::MEANINGFUL).
+        let devices = &self.devices;
+        for (key, s) in self.streams.iter().filter(|(_, s)| s.counts(now, quiet, devices.bandwidth(&s.bdi))) {
             active.entry(s.bdi.clone()).or_default().add(true);
             streaming.insert((&s.bdi, key.tgid));
         }
         for (pid, w) in &self.writers {
-            if !streaming.contains(&(w.bdi.as_str(), *pid)) {
+            if !streaming.contains(&(w.bdi.as_str(), *pid)) && w.rate.meaningful(now, devices.bandwidth(&w.bdi)) {
                 active.entry(w.bdi.clone()).or_default().add(w.windowed);
             }
         }
