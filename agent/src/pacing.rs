@@ -410,7 +410,7 @@ fn write_journal(journal: &Path, text: &str) -> Result<()> {
 }
 
 fn write_knob(path: &Path, value: &str) -> Result<()> {
-    fs::write(path, value).with_context(|| format!("writing {value} to {}", path.display()))
+    crate::sys::write_setting(path, value).with_context(|| format!("writing {value} to {}", path.display()))
 }
 
 #[cfg(test)]
@@ -569,6 +569,21 @@ mod tests {
             assert_eq!(fs::read_to_string(fs_.dir.join("outside/strict_limit")).unwrap(), "1", "{line:?}");
             assert_eq!(fs::read_to_string(root.join("7:0/strict_limit")).unwrap(), "1", "{line:?}");
         }
+    }
+
+    #[test]
+    fn a_knob_replaced_by_a_symlink_is_not_written_through() {
+        let fs_ = FakeSysfs::new("symlink");
+        let mut p = fs_.pacer();
+        assert!(p.pace("7:0", 100 << 20).unwrap());
+        std::mem::forget(p); // killed: the journal stays
+        let outside = fs_.dir.join("outside");
+        fs::write(&outside, "1").unwrap();
+        let knob = fs_.dir.join("7:0/strict_limit");
+        fs::remove_file(&knob).unwrap();
+        std::os::unix::fs::symlink(&outside, &knob).unwrap();
+        let _p = fs_.pacer();
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "1", "restored through a symlink");
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::{
     ffi::{CStr, CString},
     io,
     os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+    path::Path,
 };
 
 use crate::counters::ErrorKind;
@@ -204,6 +205,19 @@ pub fn fd_still_names(pid: u32, fd: i32, id: FileId) -> Option<bool> {
     }
     let dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
     Some(FileId { dev, ino: stx.stx_ino } == id)
+}
+
+/// Writes `value` to an existing setting (a sysfs or procfs file): never
+/// creates a file, and never follows a symlink in its place, whatever a
+/// journal line named (#25, class 6).
+pub fn write_setting(path: &Path, value: &str) -> io::Result<()> {
+    use std::{io::Write, os::unix::fs::OpenOptionsExt};
+    std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?
+        .write_all(value.as_bytes())
 }
 
 /// sync_file_range(2) on [start, end).

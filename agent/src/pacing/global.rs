@@ -405,7 +405,7 @@ fn write_limits(vm: &Path, l: &Limits) -> Result<()> {
 
 fn write_value(vm: &Path, name: &str, value: u64) -> Result<()> {
     let p = vm.join(name);
-    fs::write(&p, value.to_string()).with_context(|| format!("writing {value} to {}", p.display()))
+    crate::sys::write_setting(&p, &value.to_string()).with_context(|| format!("writing {value} to {}", p.display()))
 }
 
 #[cfg(test)]
