@@ -7,7 +7,8 @@
 //! window arithmetic), `pacing` (bdi dirty limits), `power`, `handles`
 //! (closed files by file handle), `policy` (keys), `policies` (files, per
 //! cgroup), `cgroups` (policies to BPF by cgroup id), `control` (the socket),
-//! `status` (what it reports, and the protocol), `counters`, `sys` (syscall
+//! `status` (what it reports, and the protocol), `counters`, `owners` (whose a uid is,
+//! for the per-user share), `sys` (syscall
 //! wrappers), `abi` (generated).
 
 pub mod abi;
@@ -20,6 +21,7 @@ pub mod flusher;
 pub mod handles;
 pub mod intake;
 pub mod loader;
+pub mod owners;
 pub mod pacing;
 pub mod policies;
 pub mod policy;

@@ -4,6 +4,7 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
+    path::Path,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -15,6 +16,7 @@ use crate::{
     devices::{DeviceShared, Devices},
     flusher::{Batch, Flush, Flushers, StreamFile, Target},
     handles::ClosedFile,
+    owners::Owners,
     status::printable,
     sys::{self, FileId},
 };
@@ -55,8 +57,9 @@ struct Stream {
     file: Arc<StreamFile>,
     /// The writer's descriptor at its latest window (it may dup and close).
     fd: i32,
-    /// The writer's real uid: its share of the streams.
-    uid: u32,
+    /// The user whose share of the streams it takes: the writer's real
+    /// uid, or the owner of the subordinate range it is in (owners.rs).
+    user: u32,
     comm: String,
     bdi: String,
     started: Instant,
@@ -142,6 +145,8 @@ pub struct StreamTable {
     max_held: usize,
     /// The held-files cap was logged (again once the table has drained).
     over_cap_logged: bool,
+    /// Whose each uid is, for the per-user share.
+    owners: Owners,
 }
 
 /// Writeback of the event's range of `target` on `dev`, waiting for nothing.
@@ -176,6 +181,7 @@ impl StreamTable {
             next_id: 0,
             max_held,
             over_cap_logged: false,
+            owners: Owners::new(Path::new(crate::owners::SUBUID)),
         }
     }
 
@@ -238,7 +244,8 @@ impl StreamTable {
             self.by_handle(key, ev, dev);
             return false;
         }
-        if let Err(why) = self.room_for(ev.uid) {
+        let user = self.owners.owner(ev.uid);
+        if let Err(why) = self.room_for(user) {
             self.counters.error(ErrorKind::OverCap);
             if !std::mem::replace(&mut self.over_cap_logged, true) {
                 tracing::warn!(max = self.max_held, uid = ev.uid, "{why}: new ones are left to the kernel");
@@ -264,7 +271,7 @@ impl StreamTable {
             id: self.new_stream_id(),
             file: Arc::new(StreamFile::new(key.tgid, ev.fd, pidfd, closed_file(key, ev, None))),
             fd: ev.fd,
-            uid: ev.uid,
+            user,
             comm: ev.comm(),
             bdi: ev.bdi(),
             started: now,
@@ -283,15 +290,15 @@ impl StreamTable {
         true
     }
 
-    /// Whether one more stream of user `uid` fits: at most max_held in all,
+    /// Whether one more stream of user `user` fits: at most max_held in all,
     /// and at most half of them one user's, so that one user cannot take
     /// every slot (and with it every other user's write-behind).
-    fn room_for(&self, uid: u32) -> Result<(), &'static str> {
+    fn room_for(&self, user: u32) -> Result<(), &'static str> {
         if self.streams.len() >= self.max_held {
             return Err("too many streams");
         }
         let share = (self.max_held / 2).max(1);
-        if self.streams.len() >= share && self.streams.values().filter(|s| s.uid == uid).count() >= share {
+        if self.streams.len() >= share && self.streams.values().filter(|s| s.user == user).count() >= share {
             return Err("one user holds half of the streams");
         }
         Ok(())
@@ -451,6 +458,7 @@ impl StreamTable {
     /// Only streams with no span in the last second are checked (a
     /// procfs read each).
     pub fn reap(&mut self) {
+        self.owners.refresh();
         let gone: Vec<(StreamKey, &'static str)> = self
             .streams
             .iter()
