@@ -497,6 +497,96 @@ fn one_user_cannot_take_every_stream() -> Result<()> {
     Ok(())
 }
 
+/// Class 5 (second round): a user with an /etc/subuid range (useradd's
+/// default on Debian, Ubuntu and Fedora) writes as eight uids of it, as its
+/// containers' processes do.  Keyed on the kernel uid, each had a half
+/// share of its own and together they took every stream, root's too.  Each
+/// uid of a range now counts as the range's owner.
+#[test]
+fn subordinate_uids_share_their_owner_s_half() -> Result<()> {
+    require_root();
+    let original = knob::read(SUBUID)?;
+    anyhow::ensure!(!original.contains('\n'), "{SUBUID} has several lines: the test would not restore it");
+    let entry = format!("{original}{}nobody:200000:65536", if original.is_empty() { "" } else { "\n" });
+    let _subuid = Knob::set(SUBUID, &entry)?;
+    let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
+    let dir = fs.path("shared");
+    std::fs::create_dir(&dir)?;
+    run(Command::new("chmod").arg("1777").arg(&dir))?;
+    let daemon = Daemon::start_traced(POLICY, &["--max-streams", "8"], &[])?;
+    let d = dir.display();
+    let _users = Background::sh(&format!(
+        "for i in $(seq 8); do setpriv --reuid=$((200000 + i)) --regid=65534 --clear-groups -- \
+         sh -c 'head -c 48M /dev/zero | pv -qL 8m > {d}/s'$i & done; wait"
+    ))?;
+    std::thread::sleep(Duration::from_secs(2));
+    let _root = Background::sh(&format!("head -c 24M /dev/zero | pv -qL 8m > {}", fs.path("root").display()))?;
+    std::thread::sleep(Duration::from_secs(2));
+    let log = daemon.stop()?;
+    let bdi = fs.bdi()?;
+    let started = |uids: std::ops::RangeInclusive<u32>| {
+        let on_fs = |l: &&str| log_field(l, "bdi") == Some(bdi.as_str());
+        let of = |l: &&str| log_field(l, "uid").and_then(|u| u.parse().ok()).is_some_and(|u| uids.contains(&u));
+        log.lines().filter(|l| l.contains("stream started")).filter(on_fs).filter(of).count()
+    };
+    println!("streams: nobody's subordinate uids {}, root {}", started(200001..=200008), started(0..=0));
+    assert_eq!(started(200001..=200008), 4, "{log}");
+    assert_eq!(started(0..=0), 1, "root got no stream:\n{log}");
+    Ok(())
+}
+
+const SUBUID: &str = "/etc/subuid";
+
+/// Class 8: a user sets its written file's generation to 0 (ext4 without
+/// metadata_csum lets a file's owner, `chattr -v 0`), closes it, deletes it, and makes a FIFO
+/// that takes its inode number.  ext4 decodes a handle of generation 0
+/// without checking it, and the agent opened what the handle reached before
+/// looking at it: the FIFO, for reading, which let the user's blocked
+/// writer through.  Handles of generation 0 are not used now, and a handle
+/// is opened O_PATH until it is known to be the regular file written.
+#[test]
+fn a_fifo_in_a_closed_file_s_place_is_never_opened() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    // With metadata_csum (mkfs's default since 1.43) the generation seeds
+    // the inode's checksum and cannot be set; older filesystems, and any
+    // a user formats for a stick or a loop image it mounts, have none.
+    run(Command::new("umount").arg(&fs.dir))?;
+    run(Command::new("tune2fs").args(["-O", "^metadata_csum"]).arg(&fs.device.dev))?;
+    run(Command::new("mount").arg(&fs.device.dev).arg(&fs.dir))?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    let mut attack = Background::spawn(nobody_python(FIFO_SWAP).arg(&dir).stdout(Stdio::piped()))?;
+    let mut out = String::new();
+    attack.0.stdout.take().context("stdout")?.read_to_string(&mut out)?;
+    attack.wait()?;
+    let log = daemon.stop()?;
+    let (opened, reused) = out.trim().split_once(' ').context("attack output")?;
+    println!("FIFOs at a closed file's inode: {reused}; opened by the daemon: {opened}");
+    assert!(reused.parse::<u32>()? > 0, "no inode was reused: the test shows nothing");
+    assert_eq!(opened, "0", "the daemon opened a FIFO:\n{log}");
+    Ok(())
+}
+
+/// Past its burst (2 MiB written: its closes are reported from then on),
+/// eight times: makes a file, sets its generation to 0 (before writing: a
+/// child forked while a file is open drops its stream, see the closing
+/// note), writes, closes and deletes it, puts a FIFO at the same inode
+/// number, and starts a blocking write-open of the FIFO, which only a
+/// reader lets through.  After 8 s (the daemon flushes a paced device's
+/// closed files when their writer has been idle for 5) prints how many of
+/// those opens went through, and how many FIFOs got the inode.
+const FIFO_SWAP: &str = "import os,subprocess,sys,threading,time\nd=sys.argv[1]; reused=0; ws=[]\n\
+fd=os.open(d+'/big',os.O_WRONLY|os.O_CREAT,0o644); os.write(fd,b'b'*(2<<20)); os.close(fd)\n\
+for n in range(8):\n    p=f'{d}/f{n}'; fd=os.open(p,os.O_WRONLY|os.O_CREAT,0o644)\n    \
+subprocess.run(['chattr','-v','0',p],check=True); os.write(fd,b'x'*65536); ino=os.fstat(fd).st_ino\n    \
+os.close(fd); os.unlink(p); os.mkfifo(p)\n    \
+if os.stat(p).st_ino!=ino: continue\n    reused+=1; r=[]\n    \
+t=threading.Thread(target=lambda p=p,r=r: r.append(os.open(p,os.O_WRONLY)),daemon=True); t.start(); ws.append((p,r,t))\n\
+time.sleep(8); opened=sum(1 for _,r,_ in ws if r)\n\
+for p,r,t in ws:\n    if not r: os.close(os.open(p,os.O_RDONLY|os.O_NONBLOCK)); t.join()\n\
+print(opened,reused)\n";
+
 /// Issue 25, class 7: a mount point is chosen by a user (a stick's label
 /// under /media/$USER, a FUSE mount), and one with a newline in it forged
 /// a log line attributed to the daemon.  Here the label comes from the

@@ -89,6 +89,12 @@ impl Layout {
     fn encode(self, f: &ClosedFile) -> Option<Vec<u8>> {
         let mut b = Vec::with_capacity(20);
         match self {
+            // ext2/3/4 decode a handle of generation 0 without checking
+            // it, and a file's owner can set that (FS_IOC_SETVERSION): such
+            // a handle would name whatever inode later takes the number
+            // (#25, class 8).  Generations are random, so a file that has
+            // 0 by chance is one in 2^32, left to the kernel.
+            Self::Ino32Gen if f.generation == 0 => return None,
             Self::Ino32Gen => b.extend_from_slice(&u32::try_from(f.ino).ok()?.to_ne_bytes()),
             Self::XfsIno64Gen => b.extend_from_slice(&f.ino.to_ne_bytes()),
             Self::Btrfs => {
@@ -249,8 +255,10 @@ fn by_path(mount: &Mount, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
     Err(err)
 }
 
-/// Opens `f` by handle through the mount whose root is `root`, and checks
-/// it is the inode BPF saw.
+/// Opens `f` by handle through the mount whose root is `root`: O_PATH
+/// first, which calls no filesystem's or driver's open, and read-only only
+/// if that is the regular file BPF saw (a FIFO or device node that took
+/// the inode's place is never opened, #25 class 8).
 fn open_handle(root: &OwnedFd, layout: Layout, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
     let bytes = layout.encode(f).ok_or(ErrorKind::NoHandle)?;
     let mut h = FileHandle {
@@ -259,17 +267,13 @@ fn open_handle(root: &OwnedFd, layout: Layout, f: &ClosedFile) -> Result<OwnedFd
         f_handle: [0; MAX_HANDLE_SZ],
     };
     h.f_handle[..bytes.len()].copy_from_slice(&bytes);
-    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
+    let flags = libc::O_PATH | libc::O_CLOEXEC;
     let fd = unsafe { libc::syscall(libc::SYS_open_by_handle_at, root.as_raw_fd(), &mut h as *mut FileHandle, flags) };
     if fd < 0 {
         return Err(sys::error_kind(&io::Error::last_os_error()));
     }
-    let file = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let st = sys::fstat(file.as_raw_fd()).map_err(|_| ErrorKind::Other)?;
-    if st.st_ino != f.ino || st.st_dev != f.st_dev || (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
-        return Err(ErrorKind::IdentityMismatch);
-    }
-    Ok(file)
+    let handle = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    sys::reopen_checked(&handle, sys::FileId { dev: f.st_dev, ino: f.ino })
 }
 
 fn open_dir(path: &str) -> io::Result<OwnedFd> {
