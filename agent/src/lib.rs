@@ -7,9 +7,9 @@
 //! window arithmetic), `pacing` (bdi dirty limits), `power`, `handles`
 //! (closed files by file handle), `policy` (keys), `policies` (files, per
 //! cgroup), `cgroups` (policies to BPF by cgroup id), `control` (the socket),
-//! `status` (what it reports, and the protocol), `counters`, `owners` (whose a uid is,
-//! for the per-user share), `sys` (syscall
-//! wrappers), `abi` (generated).
+//! `status` (what it reports, and the protocol), `counters`, `owners` (whose
+//! a uid is, for the per-user share), `sys` (syscall wrappers), `abi`
+//! (generated).
 
 pub mod abi;
 pub mod bandwidth;

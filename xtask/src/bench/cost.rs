@@ -206,7 +206,7 @@ fn measure(part: Part, plan: &super::Plan, ctx: &Ctx, daemon: &Path, runs: &mut 
 
 /// The commit the daemon was built from.  Others edit the daemon in this
 /// tree: the binary is HEAD plus whatever they have not committed yet.
-fn daemon_source() -> String {
+pub(super) fn daemon_source() -> String {
     let commit = sh("git rev-parse --short HEAD").unwrap_or_default();
     let dirty = !sh("git status --porcelain agent bpf").unwrap_or_default().trim().is_empty();
     format!("{}{}", commit.trim(), if dirty { " with uncommitted changes in agent/ or bpf/" } else { "" })

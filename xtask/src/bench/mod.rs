@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: write-behind measured against the alternatives a user
 //! would pick instead, side by side in one run, on a bandwidth-capped device.
 
+mod check;
 mod cost;
 mod modes;
 mod probes;
@@ -21,6 +22,9 @@ const USAGE: &str = "\
 usage: cargo xtask bench [--quick | --smoke] [--only SCENARIOS] [--modes MODES]
                          [--fs FSTYPES] [--rates MIBPS] [--writers N,...]
                          [--parts PARTS] [--runs N] [--out DIR]
+       cargo xtask bench --quick --check [--fs FSTYPES] [--out DIR]
+       cargo xtask bench --check-results DIR
+       cargo xtask bench --baseline DIR,DIR,DIR
 
 Runs each scenario once per mode and run, on a loop device whose writes are
 capped by the root blkio cgroup, and prints a table per scenario (median and
@@ -41,7 +45,16 @@ min–max). Writes results.json and one SVG plot per copy group to --out
   --quick    100 MiB/s, 1 run, reduced sizes (about 6 minutes per filesystem)
   --smoke    tiny sizes: checks the harness itself (about 2 minutes; run by CI)
   full       100 MiB/s plus the 30 MiB/s USB-stick copy, 3 runs (about 5 hours
-             on the four filesystems; the estimate is printed before it starts)";
+             on the four filesystems; the estimate is printed before it starts)
+  --check    the guard against regressions: the quick copy, tar and multi,
+             kernel default and writebehindd only, on the filesystems of
+             xtask/bench-baseline.json; names every figure (a ratio to the
+             default in the same run) outside its band there, better or
+             worse, and fails if any is (about 8 minutes on three)
+  --check-results DIR   the same comparison for a run already made
+  --baseline DIRS       makes xtask/bench-baseline.json from the results of
+             runs made as --check makes them (three: the bands are their
+             spread, widened)";
 
 struct Plan {
     sizes: Sizes,
@@ -56,6 +69,8 @@ struct Plan {
     cost: cost::CostSizes,
     /// cost's parts to run (--parts)
     cost_parts: Vec<String>,
+    /// --check: compare with the baseline once run.
+    check: Option<check::Baseline>,
 }
 
 /// What the bench runs on, unless --fs says otherwise: btrfs as mkfs makes
@@ -90,12 +105,15 @@ fn parse(args: &[String]) -> Result<Plan> {
         slow_copy_files: 32,
         cost: cost::CostSizes::full(),
         cost_parts: cost::parts().into_iter().map(str::to_owned).collect(),
+        check: None,
     };
+    let (mut quick, mut fs_given) = (false, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
             "--quick" => {
+                quick = true;
                 plan.sizes = Sizes {
                     copy_files: 30,
                     tar_files: 2000,
@@ -141,7 +159,9 @@ fn parse(args: &[String]) -> Result<Plan> {
                     .map(|m| Mode::parse(m).with_context(|| format!("unknown mode {m:?}\n{USAGE}")))
                     .collect::<Result<_>>()?
             }
+            "--check" => plan.check = Some(check::load()?),
             "--fs" => {
+                fs_given = true;
                 plan.fs = val()?.split(',').map(str::to_owned).collect();
                 for f in &plan.fs {
                     fs_spec(f)?;
@@ -157,6 +177,16 @@ fn parse(args: &[String]) -> Result<Plan> {
             }
             other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
+    }
+    if let Some(base) = &plan.check {
+        if !quick {
+            bail!("--check compares quick runs: add --quick");
+        }
+        if !fs_given {
+            plan.fs = base.fs.clone();
+        }
+        plan.scenarios = check::SCENARIOS.iter().map(|s| s.to_string()).collect();
+        plan.modes = check::MODES.iter().map(|m| Mode::parse(m).expect("a known mode")).collect();
     }
     for s in &plan.scenarios {
         if !SCENARIOS.contains(&s.as_str()) {
@@ -207,6 +237,17 @@ fn estimate_secs(plan: &Plan) -> f64 {
 }
 
 pub fn main(args: &[String]) -> Result<()> {
+    let value_of = |flag: &str| {
+        args.iter().position(|a| a == flag).map(|i| args.get(i + 1).with_context(|| format!("{flag} needs a value")))
+    };
+    if let Some(dirs) = value_of("--baseline") {
+        let dirs: Vec<String> = dirs?.split(',').map(str::to_owned).collect();
+        let made_on = format!("{}, {} quick runs as --check makes them", cost::daemon_source(), dirs.len());
+        return check::save(&check::make_baseline(&dirs, &made_on)?);
+    }
+    if let Some(dir) = value_of("--check-results") {
+        return check::check(Path::new(dir?), &check::load()?);
+    }
     let plan = parse(args)?;
     if unsafe { libc::geteuid() } != 0 {
         bail!("the bench makes loop devices, caps their rate and loads BPF: run it as root");
@@ -248,7 +289,10 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     report::write_json(&runs, &plan.out.join("results.json"))?;
     println!("\nresults: {}", plan.out.join("results.json").display());
-    Ok(())
+    match &plan.check {
+        Some(base) => check::check(&plan.out, base),
+        None => Ok(()),
+    }
 }
 
 /// Where free page reporting exists (a VM's balloon hands freed guest memory

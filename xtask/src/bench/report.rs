@@ -5,17 +5,17 @@ use std::{collections::BTreeMap, path::Path};
 
 use anyhow::Result;
 use plotters::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use wb_tests::{MIB, Sample};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Run {
     /// e.g. "copy ext4 100MiB/s"
     pub group: String,
     pub mode: String,
     pub metrics: Vec<(String, f64)>,
     /// (seconds, dirty bytes, writeback bytes), for copy runs.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub series: Vec<(f64, u64, u64)>,
 }
 

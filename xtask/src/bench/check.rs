@@ -1,0 +1,238 @@
+//! `bench --check` (issue 26): a guard against regressions.  Each figure a
+//! change could move is kept as a ratio to the kernel default in the same
+//! run (the device, the machine's load and the filesystem's own mood move
+//! both alike), with a band from several runs of the same code.  `--check`
+//! runs the quick bench and names every figure outside its band, better or
+//! worse; `--baseline` makes the bands from result directories.  Timings
+//! stay out of CI: this is a check a developer runs before resolving work
+//! on `bpf/`, streams, devices, bandwidth, pacing or the flusher.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use super::report::{self, Run, fmt};
+
+/// Committed with the code it was measured on.
+pub const BASELINE: &str = "xtask/bench-baseline.json";
+/// What `--check` runs: the scenarios and modes the figures come from.
+pub const SCENARIOS: [&str; 3] = ["copy", "tar", "multi"];
+pub const MODES: [&str; 2] = ["default", "writebehindd"];
+const DEFAULT: &str = "kernel default";
+const DAEMON: &str = "writebehindd";
+
+/// (group prefix, metric, the least change that counts, in the metric's
+/// units, whether higher is better).  The floors are what the same code
+/// moved between runs here (session 12: plain btrfs's copy peak 12–22 MiB;
+/// #26: read p99 bimodal, 3–58 ms), so that one run's luck is not named.
+const FIGURES: [(&str, &str, f64, bool); 9] = [
+    ("copy ", "peak MiB", 4.0, false),
+    ("copy ", "sync s", 0.1, false),
+    ("copy ", "total s", 0.2, false),
+    ("copy ", "fsync p99 ms", 50.0, false),
+    ("copy ", "read p99 ms", 25.0, false),
+    ("tar ", "peak MiB", 8.0, false),
+    ("tar ", "to sync done s", 0.2, false),
+    ("multi 10 ", "extents/file", 1.0, false),
+    ("multi 10 ", "MiB/s", 3.0, true),
+];
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Baseline {
+    /// The commit the runs were made on, and how.
+    pub made_on: String,
+    pub fs: Vec<String>,
+    pub bands: Vec<Band>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Band {
+    pub group: String,
+    pub metric: String,
+    /// writebehindd / kernel default in each run.
+    pub ratios: Vec<f64>,
+    pub lo: f64,
+    pub hi: f64,
+    pub higher_is_better: bool,
+}
+
+/// Each kept figure of one run: (group, metric, ratio, default's value).
+fn figures(runs: &[Run]) -> Vec<(String, String, f64, f64)> {
+    let mut groups: Vec<&str> = runs.iter().map(|r| r.group.as_str()).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let mut out = Vec::new();
+    for g in groups {
+        for (_, metric, _, _) in FIGURES.iter().filter(|f| g.starts_with(f.0)) {
+            let (Some(d), Some(w)) =
+                (report::median(runs, g, DEFAULT, metric), report::median(runs, g, DAEMON, metric))
+            else {
+                continue;
+            };
+            if d > 0.0 {
+                out.push((g.to_string(), metric.to_string(), w / d, d));
+            }
+        }
+    }
+    out
+}
+
+fn floor_of(group: &str, metric: &str) -> (f64, bool) {
+    FIGURES.iter().find(|f| group.starts_with(f.0) && f.1 == metric).map(|f| (f.2, f.3)).unwrap_or((0.0, false))
+}
+
+fn load_runs(dir: &Path) -> Result<Vec<Run>> {
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Bands from the runs in `dirs` (each a bench --out directory): each
+/// figure's ratios, widened on each side by the larger of half their
+/// spread, a tenth of their mean, and the figure's floor over the default.
+pub fn make_baseline(dirs: &[String], made_on: &str) -> Result<Baseline> {
+    if dirs.len() < 2 {
+        bail!("--baseline needs the result directories of at least two runs (three make the bands)");
+    }
+    let runs = dirs.iter().map(|d| load_runs(Path::new(d)).map(|r| figures(&r))).collect::<Result<Vec<_>>>()?;
+    bands(&runs, made_on)
+}
+
+/// Bands from each run's figures.
+fn bands(runs: &[Vec<(String, String, f64, f64)>], made_on: &str) -> Result<Baseline> {
+    let mut per: Vec<(String, String, Vec<f64>, Vec<f64>)> = Vec::new();
+    for figs in runs {
+        for (g, m, ratio, dflt) in figs.iter().cloned() {
+            match per.iter_mut().find(|p| p.0 == g && p.1 == m) {
+                Some(p) => {
+                    p.2.push(ratio);
+                    p.3.push(dflt);
+                }
+                None => per.push((g, m, vec![ratio], vec![dflt])),
+            }
+        }
+    }
+    let mut fs: Vec<String> = Vec::new();
+    let mut bands = Vec::new();
+    for (group, metric, ratios, dflts) in per {
+        if ratios.len() != runs.len() {
+            bail!("{group} / {metric} is not in every run");
+        }
+        let (floor, higher_is_better) = floor_of(&group, &metric);
+        let (min, max) = ratios.iter().fold((f64::MAX, f64::MIN), |(a, b), &r| (a.min(r), b.max(r)));
+        let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+        let dflt = dflts.iter().sum::<f64>() / dflts.len() as f64;
+        let slack = ((max - min) / 2.0).max(0.1 * mean).max(floor / dflt);
+        for word in group.split_whitespace() {
+            if ["ext4", "xfs", "btrfs", "btrfs-zstd"].contains(&word) && !fs.iter().any(|f| f == word) {
+                fs.push(word.to_string());
+            }
+        }
+        bands.push(Band { group, metric, ratios, lo: (min - slack).max(0.0), hi: max + slack, higher_is_better });
+    }
+    Ok(Baseline { made_on: made_on.to_string(), fs, bands })
+}
+
+pub fn load() -> Result<Baseline> {
+    let text = std::fs::read_to_string(BASELINE)
+        .with_context(|| format!("reading {BASELINE} (make one with `cargo xtask bench --baseline DIR,DIR,DIR`)"))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+pub fn save(b: &Baseline) -> Result<()> {
+    std::fs::write(BASELINE, serde_json::to_string_pretty(b)? + "\n")?;
+    println!("baseline: {} figures on {:?} written to {BASELINE}", b.bands.len(), b.fs);
+    Ok(())
+}
+
+/// Compares the runs in `dir` with the baseline; prints every figure and
+/// fails naming those out of their band.
+pub fn check(dir: &Path, base: &Baseline) -> Result<()> {
+    let now = figures(&load_runs(dir)?);
+    let mut rows = vec![["figure", "band (× default)", "now", "verdict"].map(String::from).to_vec()];
+    let mut moved = Vec::new();
+    for b in &base.bands {
+        let name = format!("{}: {}", b.group, b.metric);
+        let Some((_, _, ratio, _)) = now.iter().find(|n| n.0 == b.group && n.1 == b.metric) else {
+            rows.push(vec![name, band_text(b), "-".into(), "not run".into()]);
+            continue;
+        };
+        let verdict = verdict(b, *ratio);
+        if verdict != "in band" {
+            moved.push(format!("{name} {verdict}: {} (band {})", fmt(*ratio), band_text(b)));
+        }
+        rows.push(vec![name, band_text(b), fmt(*ratio), verdict.into()]);
+    }
+    print!("{}", report::grid(&format!("check against {BASELINE} ({})", base.made_on), &rows));
+    if moved.is_empty() {
+        println!("\ncheck: every figure within its band");
+        return Ok(());
+    }
+    bail!("{} figure(s) out of band:\n  {}", moved.len(), moved.join("\n  "))
+}
+
+fn verdict(b: &Band, ratio: f64) -> &'static str {
+    if (b.lo..=b.hi).contains(&ratio) {
+        "in band"
+    } else if (ratio > b.hi) == b.higher_is_better {
+        "BETTER"
+    } else {
+        "WORSE"
+    }
+}
+
+fn band_text(b: &Band) -> String {
+    format!("{}–{}", fmt(b.lo), fmt(b.hi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(group: &str, mode: &str, metrics: &[(&str, f64)]) -> Run {
+        Run {
+            group: group.into(),
+            mode: mode.into(),
+            metrics: metrics.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            series: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn figures_are_ratios_to_the_default_in_the_same_run() {
+        let runs = vec![
+            run("copy 1.0 GiB ext4 100MiB/s", DEFAULT, &[("peak MiB", 1000.0), ("sync s", 10.0)]),
+            run("copy 1.0 GiB ext4 100MiB/s", DAEMON, &[("peak MiB", 13.0), ("sync s", 0.1)]),
+            run("multi 1 x 64 MiB ext4 100MiB/s", DAEMON, &[("MiB/s", 100.0)]),
+        ];
+        let f = figures(&runs);
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!((f[0].2 - 0.013).abs() < 1e-9 && (f[1].2 - 0.01).abs() < 1e-9, "{f:?}");
+    }
+
+    #[test]
+    fn a_band_is_at_least_the_floor_wide_and_direction_decides_the_verdict() {
+        let g = "copy 1.0 GiB ext4 100MiB/s";
+        let m = |peak: f64| vec![(g.to_string(), "peak MiB".to_string(), peak / 1000.0, 1000.0)];
+        let base = bands(&[m(13.0), m(14.0), m(13.5)], "test").unwrap();
+        let b = &base.bands[0];
+        // The spread is 1 MiB; the floor, 4 MiB of the default's 1000.
+        assert!((b.lo - 0.009).abs() < 1e-9 && (b.hi - 0.018).abs() < 1e-9, "{b:?}");
+        assert_eq!(base.fs, ["ext4"]);
+        assert_eq!(verdict(b, 0.015), "in band");
+        assert_eq!(verdict(b, 0.036), "WORSE", "36 MiB held instead of 13");
+        assert_eq!(verdict(b, 0.005), "BETTER");
+        let up = Band {
+            group: g.into(),
+            metric: "MiB/s".into(),
+            ratios: vec![1.0],
+            lo: 0.97,
+            hi: 1.03,
+            higher_is_better: true,
+        };
+        assert_eq!(verdict(&up, 1.1), "BETTER");
+        assert_eq!(verdict(&up, 0.9), "WORSE");
+        assert!(bands(&[m(13.0), vec![]], "test").is_err(), "a figure missing from a run");
+    }
+}
