@@ -699,6 +699,13 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 	s = bpf_map_lookup_elem(&streams, &key);
 	if (!s)
 		return;
+	/* Another process's copy of the stream's file: a child forked while
+	 * it was open closes it at execve, with close_range (python's
+	 * subprocess) or at exit.  The writer still holds it; acting on the
+	 * child's close lost the writer's close, and with it the file's tail
+	 * (session 13: one close event instead of two). */
+	if (s->tgid != (__u32)(bpf_get_current_pid_tgid() >> 32))
+		return;
 	cfg = wb_cfg();
 	if (cfg && s->mode != WB_MODE_OFF && s->pos > s->head) {
 		/* A file that never crossed a window is flushed at close only

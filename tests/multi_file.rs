@@ -274,3 +274,28 @@ fn concurrent_tar_and_dd_both_progress() -> Result<()> {
     assert!(log.contains("multi-file writer started") && log.contains("stream started"), "{log}");
     Ok(())
 }
+
+/// A writer that runs a command while one of its files is open (python's
+/// `subprocess.run` between a write and the close): the child's copy of the
+/// descriptor is closed before its `execve` (close_range) and at its exit.
+/// BPF acted on that close as the file's: the child, within its burst,
+/// reported nothing and the stream's record was dropped, so the writer's own
+/// close went unreported and the file's tail was left to the kernel.
+#[test]
+fn a_writer_that_runs_a_command_keeps_its_file() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let daemon = Daemon::start_traced("window = \"1MiB\"\nburst = \"1MiB\"\n", &[], &[])?;
+    // Past its burst first (2 MiB), then the file the command runs beside.
+    let script = "import os,subprocess,sys\nd=sys.argv[1]\n\
+                  fd=os.open(d+'/big',os.O_WRONLY|os.O_CREAT,0o644); os.write(fd,b'b'*(2<<20)); os.close(fd)\n\
+                  fd=os.open(d+'/f',os.O_WRONLY|os.O_CREAT,0o644); os.write(fd,b'f'*65536)\n\
+                  subprocess.run(['true'],check=True); os.close(fd)\n";
+    run(std::process::Command::new("python3").args(["-c", script]).arg(&fs.dir))?;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let log = daemon.stop()?;
+    let closes = log.lines().filter(|l| l.contains("kind=Close") && l.contains("comm=python3")).count();
+    println!("the writer's closes reported: {closes} of 2");
+    assert_eq!(closes, 2, "the close after the command was lost:\n{log}");
+    Ok(())
+}
