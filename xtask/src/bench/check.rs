@@ -29,11 +29,11 @@ const DAEMON: &str = "writebehindd";
 /// not named.  The copy's time is kept as total/ideal, not as a ratio to
 /// the default: the default's own total varied 10.9–12.6 s between runs
 /// (its `sync` does), which would widen the band to ±10 %; the daemon's
-/// varied by 1–2 %.
+/// total/ideal on ext4 was 0.986–1.007 over seven runs of this session.
 const FIGURES: [(&str, &str, f64, bool); 9] = [
     ("copy ", "peak MiB", 4.0, false),
     ("copy ", "sync s", 0.1, false),
-    ("copy ", "total/ideal", 0.01, false),
+    ("copy ", "total/ideal", 0.02, false),
     ("copy ", "fsync p99 ms", 50.0, false),
     ("copy ", "read p99 ms", 25.0, false),
     ("tar ", "peak MiB", 8.0, false),
@@ -66,9 +66,13 @@ pub struct Band {
 
 /// Each kept figure of one run: (group, metric, ratio, default's value).
 fn figures(runs: &[Run]) -> Vec<(String, String, f64, f64)> {
-    let mut groups: Vec<&str> = runs.iter().map(|r| r.group.as_str()).collect();
-    groups.sort_unstable();
-    groups.dedup();
+    // In the order they ran: the baseline's filesystems keep it.
+    let mut groups: Vec<&str> = Vec::new();
+    for r in runs {
+        if !groups.contains(&r.group.as_str()) {
+            groups.push(&r.group);
+        }
+    }
     let mut out = Vec::new();
     for g in groups {
         for (_, metric, _, _) in FIGURES.iter().filter(|f| g.starts_with(f.0)) {
