@@ -598,6 +598,11 @@ static __always_inline void stream_advance(__u64 key, struct file_stream *s, str
 			stat_inc(WB_STAT_MAP_FULL);
 		return;
 	}
+	/* The file's latest writer owns its close (stream_close): a process
+	 * sharing the file that writes to it (a shell's `{ echo; dd; } > out`)
+	 * takes it over from the one that wrote first. */
+	if (file)
+		s->tgid = tgid;
 	if (s->mode == WB_MODE_OFF)
 		return;
 	/* A page just before a mapped stream's end dirtied again (stored to
@@ -700,10 +705,11 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 	if (!s)
 		return;
 	/* Another process's copy of the stream's file: a child forked while
-	 * it was open closes it at execve, with close_range (python's
-	 * subprocess) or at exit.  The writer still holds it; acting on the
-	 * child's close lost the writer's close, and with it the file's tail
-	 * (session 13: one close event instead of two). */
+	 * it was open, which never wrote to it, closes it at execve, with
+	 * close_range (python's subprocess) or at exit.  The writer still
+	 * holds it; acting on the child's close lost the writer's close, and
+	 * with it the file's tail (session 13: one close event instead of
+	 * two).  The latest writer owns the record (stream_advance). */
 	if (s->tgid != (__u32)(bpf_get_current_pid_tgid() >> 32))
 		return;
 	cfg = wb_cfg();

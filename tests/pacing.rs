@@ -363,3 +363,32 @@ fn poll(within: Duration, what: &str, mut done: impl FnMut() -> bool) -> Result<
     }
     Ok(())
 }
+
+/// Forty writers, each at 0.9 MiB/s (under a sixteenth of a 30 MiB/s
+/// device, the least a writer must dirty to count for pacing on its own),
+/// together outrun the device (36 MiB/s): it stays paced.  Counted one by
+/// one they were not, once each one's first window had passed.
+#[test]
+fn many_slow_writers_together_are_paced() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::throttled(2048, 30 << 20)?, "ext4")?;
+    let knobs = BdiKnobs::of(&fs)?;
+    let (_original, _guards) = keep(&knobs)?;
+    let daemon = Daemon::start_with_policy("window = \"1MiB\"\nburst = \"1MiB\"\n")?;
+    let d = fs.dir.display();
+    let _w =
+        Background::sh(&format!("for i in $(seq 40); do head -c 64M /dev/zero | pv -qL 900k > {d}/s$i & done; wait"))?;
+    // Past every stream's first window, which counts on its own.
+    std::thread::sleep(Duration::from_secs(4));
+    let (t0, mut unpaced) = (Instant::now(), Duration::ZERO);
+    while t0.elapsed() < Duration::from_secs(5) {
+        if knobs.get("strict_limit") != "1" {
+            unpaced += Duration::from_millis(100);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = daemon.stop()?;
+    println!("unpaced for {unpaced:?} of 5 s while forty slow writers outran the device");
+    assert!(unpaced < Duration::from_secs(1), "not paced for {unpaced:?} of 5 s:\n{log}");
+    Ok(())
+}

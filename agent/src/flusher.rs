@@ -224,12 +224,12 @@ impl Flushers {
         Ok(Queue { tx, handle, backlog, full_logged: false, last: Instant::now() })
     }
 
-    /// Ends the threads of devices idle for THREAD_IDLE: dropping the
-    /// sender ends a thread once what it has in flight is done.
+    /// Ends the threads of devices idle for THREAD_IDLE and waiting for
+    /// work with nothing in flight: dropping the sender ends the thread.
     pub fn retire_idle(&mut self) {
         let now = Instant::now();
         self.devices.retain(|bdi, q| {
-            let idle = now - q.last >= THREAD_IDLE && q.backlog.len() == 0;
+            let idle = now - q.last >= THREAD_IDLE && q.backlog.len() == 0 && q.backlog.parked();
             if idle {
                 tracing::debug!(bdi, "flusher thread ended (idle)");
             }
@@ -278,7 +278,7 @@ pub const MAX_QUEUED: usize = 65_536;
 /// grow without bound.  One feeder (the intake thread) adds; the device's
 /// thread takes away.
 #[derive(Default)]
-struct Backlog(AtomicUsize);
+struct Backlog(AtomicUsize, AtomicBool);
 
 impl Backlog {
     /// Takes room for `n` more flushes, if there is room.
@@ -297,6 +297,17 @@ impl Backlog {
 
     fn len(&self) -> usize {
         self.0.load(Ordering::Relaxed)
+    }
+
+    /// Set by the device's thread while it waits for work with nothing in
+    /// flight: only then may it be retired.  A thread stuck in writeback (a
+    /// stalled device) is not, or each minute would leave one more of them.
+    fn park(&self, parked: bool) {
+        self.1.store(parked, Ordering::Relaxed);
+    }
+
+    fn parked(&self) -> bool {
+        self.1.load(Ordering::Relaxed)
     }
 }
 
@@ -389,7 +400,10 @@ impl Submitter {
                 // Nothing queued: let what is in flight finish (a sample,
                 // and no file held while idle), then sleep until work comes.
                 self.wait_until(0);
-                match rx.recv() {
+                backlog.park(true);
+                let next = rx.recv();
+                backlog.park(false);
+                match next {
                     Ok(b) => rounds.push(b),
                     Err(_) => return,
                 }

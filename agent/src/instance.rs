@@ -12,8 +12,11 @@
 //! held the lock for as long as the device stayed stalled: `--restore` and
 //! every restart were refused, and the device kept `strict_limit` (#25,
 //! class 3).  Such a holder runs no more user code, so a claim takes over
-//! from it: a fresh lock file, locked, is renamed over the old one.  (Part
-//! of the daemon binary, not the library: only it runs this.)
+//! from it: a fresh lock file, locked, is renamed over the old one.  Every
+//! claim checks and writes under a second lock (`lock.swap`, held for
+//! microseconds), so a takeover and a claim that finds the holder just gone
+//! cannot both win.  (Part of the daemon binary, not the library: only it
+//! runs this.)
 
 use std::{
     fs::{self, File, OpenOptions},
@@ -68,6 +71,7 @@ impl Instance {
                 .truncate(false)
                 .open(path)
                 .with_context(|| format!("opening {}", path.display()))?;
+            let _swap = lock_swap(path)?;
             if lock(&file).with_context(|| format!("locking {}", path.display()))? {
                 if !names(path, &file)? {
                     continue; // replaced by a takeover since we opened it
@@ -117,19 +121,28 @@ fn names(path: &Path, file: &File) -> Result<bool> {
     Ok(a.is_ok_and(|a| (a.dev(), a.ino()) == (b.dev(), b.ino())))
 }
 
-/// A new lock file, locked and with our pid, renamed over `path`, which
-/// names `held`, the dying holder's.  None if another claim took over first.
-/// The swap is serialized by a second lock, held only for it.
-fn take_over(path: &Path, held: &File) -> Result<Option<Instance>> {
+/// The lock every claim holds while it checks and writes: waited for up to
+/// two seconds (a claimant stopped while holding it must not hang the rest).
+fn lock_swap(path: &Path) -> Result<File> {
+    let swap_path = path.with_extension("swap");
     let swap = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
-        .open(path.with_extension("swap"))
-        .context("opening the lock's swap file")?;
-    if unsafe { libc::flock(swap.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("locking the lock's swap file");
+        .open(&swap_path)
+        .with_context(|| format!("opening {}", swap_path.display()))?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while !lock(&swap).with_context(|| format!("locking {}", swap_path.display()))? {
+        anyhow::ensure!(std::time::Instant::now() < deadline, "{} stays locked by another claim", swap_path.display());
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    Ok(swap)
+}
+
+/// A new lock file, locked and with our pid, renamed over `path`, which
+/// names `held`, the dying holder's.  None if another claim took over first.
+/// Called with the swap lock held.
+fn take_over(path: &Path, held: &File) -> Result<Option<Instance>> {
     if !names(path, held)? {
         return Ok(None);
     }

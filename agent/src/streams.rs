@@ -35,6 +35,9 @@ const IDLE_MAX: Duration = Duration::from_secs(30);
 /// A multi-file writer with no closed file for this long is reported ended
 /// (at once when its process has exited).
 const WRITER_IDLE: Duration = Duration::from_secs(5);
+/// On a device whose writers together count for pacing, a multi-file
+/// writer counts while its latest file was closed this recently.
+const WRITER_RECENT: Duration = Duration::from_secs(2);
 /// How long stopping waits for the flusher threads to hand what is queued
 /// to writeback (they skip the waits then; only a hung device takes longer).
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
@@ -81,9 +84,10 @@ impl Stream {
     }
 
     /// Whether it counts for pacing its device (of bandwidth `bw`): still
-    /// writing, at a meaningful rate (its first window always is).
-    fn counts(&self, now: Instant, quiet: Duration, bw: u64) -> bool {
-        self.writing(now, quiet) && bandwidth::meaningful(self.last_bytes, self.gap, bw)
+    /// writing, at a meaningful rate (its first window always is), or on a
+    /// device all of whose writers together dirty at one.
+    fn counts(&self, now: Instant, quiet: Duration, bw: u64, device_busy: bool) -> bool {
+        self.writing(now, quiet) && (device_busy || bandwidth::meaningful(self.last_bytes, self.gap, bw))
     }
 }
 
@@ -147,6 +151,8 @@ pub struct StreamTable {
     over_cap_logged: bool,
     /// Whose each uid is, for the per-user share.
     owners: Owners,
+    /// What each device's writers dirtied lately, together.
+    device_rates: HashMap<String, Rate>,
 }
 
 /// Writeback of the event's range of `target` on `dev`, waiting for nothing.
@@ -182,6 +188,7 @@ impl StreamTable {
             max_held,
             over_cap_logged: false,
             owners: Owners::new(Path::new(crate::owners::SUBUID)),
+            device_rates: HashMap::new(),
         }
     }
 
@@ -223,7 +230,8 @@ impl StreamTable {
             s.fd = ev.fd;
         }
         let (id, file, bdi) = (s.id, s.file.clone(), s.bdi.clone());
-        if s.counts(now, self.devices.quiet(), dev.bandwidth()) {
+        let counts = s.counts(now, self.devices.quiet(), dev.bandwidth(), false);
+        if self.device_dirtied(&bdi, ev.end - ev.start, now) || counts {
             self.devices.busy(&bdi);
         }
         if !dev.flushes_span_to(ev.end) {
@@ -309,6 +317,8 @@ impl StreamTable {
     fn close(&mut self, key: StreamKey, ev: &wb_event, path: Option<RelPath>) {
         let tail = ev.end - ev.start;
         let dev = self.devices.note(ev);
+        let now = Instant::now();
+        let device_busy = self.device_dirtied(&ev.bdi(), tail, now);
         if let Some(s) = self.streams.remove(&key) {
             s.file.set_path(path);
             let job = flush_of(ev, Target::Held(s.file.clone()), &dev);
@@ -316,9 +326,8 @@ impl StreamTable {
             self.ended(key, s, tail, "closed");
             return;
         }
-        let now = Instant::now();
         self.note_writer(key.tgid, ev, tail, now);
-        self.writer_busy(key.tgid);
+        self.writer_busy(key.tgid, device_busy);
         let job = flush_of(ev, Target::Closed(closed_file(key, ev, path)), &dev);
         let slot = (ev.bdi(), key.tgid);
         let budget = self.devices.budget(&slot.0);
@@ -351,8 +360,10 @@ impl StreamTable {
     /// as one on the device (for its dirty budget) like a multi-file writer,
     /// until it exits or stops.
     fn by_handle(&mut self, key: StreamKey, ev: &wb_event, dev: &Arc<crate::devices::DeviceShared>) {
-        self.note_writer(key.tgid, ev, ev.end - ev.start, Instant::now()).windowed = true;
-        self.writer_busy(key.tgid);
+        let now = Instant::now();
+        self.note_writer(key.tgid, ev, ev.end - ev.start, now).windowed = true;
+        let device_busy = self.device_dirtied(&ev.bdi(), ev.end - ev.start, now);
+        self.writer_busy(key.tgid, device_busy);
         if !dev.flushes_span_to(ev.end) {
             return;
         }
@@ -374,12 +385,23 @@ impl StreamTable {
     }
 
     /// Pacing for a writer that counts, at once (Devices::busy).
-    fn writer_busy(&mut self, tgid: u32) {
+    fn writer_busy(&mut self, tgid: u32, device_busy: bool) {
         let Some(w) = self.writers.get(&tgid) else { return };
-        if w.rate.meaningful(Instant::now(), self.devices.bandwidth(&w.bdi)) {
+        if device_busy || w.rate.meaningful(Instant::now(), self.devices.bandwidth(&w.bdi)) {
             let bdi = w.bdi.clone();
             self.devices.busy(&bdi);
         }
+    }
+
+    /// Adds what a writer dirtied to its device's rate; whether all of the
+    /// device's writers together now dirty at a meaningful rate.  Each may
+    /// be below it (twenty downloads to a stick, each at a twentieth of it)
+    /// and still outrun the device together.
+    fn device_dirtied(&mut self, bdi: &str, bytes: u64, now: Instant) -> bool {
+        let bw = self.devices.bandwidth(bdi);
+        let r = self.device_rates.entry(bdi.to_owned()).or_insert_with(|| Rate::new(now));
+        r.add(bytes, now);
+        r.meaningful(now, bw)
     }
 
     /// Submits batches that waited long enough; reports idle writers;
@@ -428,12 +450,22 @@ impl StreamTable {
         // Nor does one, or a multi-file writer, that writes too slowly to
         // need it (bandwidth::MEANINGFUL).
         let devices = &self.devices;
-        for (key, s) in self.streams.iter().filter(|(_, s)| s.counts(now, quiet, devices.bandwidth(&s.bdi))) {
+        let busy: HashSet<&str> = self
+            .device_rates
+            .iter()
+            .filter(|(bdi, r)| r.meaningful(now, devices.bandwidth(bdi)))
+            .map(|(bdi, _)| bdi.as_str())
+            .collect();
+        let counts = |s: &Stream| s.counts(now, quiet, devices.bandwidth(&s.bdi), busy.contains(s.bdi.as_str()));
+        for (key, s) in self.streams.iter().filter(|(_, s)| counts(s)) {
             active.entry(s.bdi.clone()).or_default().add(true);
             streaming.insert((&s.bdi, key.tgid));
         }
         for (pid, w) in &self.writers {
-            if !streaming.contains(&(w.bdi.as_str(), *pid)) && w.rate.meaningful(now, devices.bandwidth(&w.bdi)) {
+            let recent = busy.contains(w.bdi.as_str()) && now - w.last < WRITER_RECENT;
+            if !streaming.contains(&(w.bdi.as_str(), *pid))
+                && (recent || w.rate.meaningful(now, devices.bandwidth(&w.bdi)))
+            {
                 active.entry(w.bdi.clone()).or_default().add(w.windowed);
             }
         }

@@ -167,7 +167,10 @@ pub fn check(dir: &Path, base: &Baseline) -> Result<()> {
     for b in &base.bands {
         let name = format!("{}: {}", b.group, b.metric);
         let Some((_, _, ratio, _)) = now.iter().find(|n| n.0 == b.group && n.1 == b.metric) else {
-            rows.push(vec![name, band_text(b), "-".into(), "not run".into()]);
+            // A scenario that failed, or a figure renamed: the guard did
+            // not look, which must not read as a pass.
+            moved.push(format!("{name}: NOT RUN"));
+            rows.push(vec![name, band_text(b), "-".into(), "NOT RUN".into()]);
             continue;
         };
         let verdict = verdict(b, *ratio);
