@@ -312,9 +312,15 @@ fn a_daemon_killed_while_stuck_in_the_kernel_gives_way() -> Result<()> {
     let _unstall = Unstall(&fs.device);
     fs.device.set_write_rate(4096)?;
     let pid = daemon.pid();
-    poll(Duration::from_secs(20), "a daemon thread waiting in D state", || thread_states(pid).contains(&'D'))?;
+    wait_until(
+        "a daemon thread waiting in D state",
+        Duration::from_secs(20),
+        || Ok(thread_states(pid).contains(&'D')),
+    )?;
     daemon.sigkill();
-    poll(Duration::from_secs(10), "the killed daemon's main thread gone", || thread_states(pid).first() == Some(&'Z'))?;
+    wait_until("the killed daemon's main thread gone", Duration::from_secs(10), || {
+        Ok(thread_states(pid).first() == Some(&'Z'))
+    })?;
     println!("  killed daemon's threads: {:?}", thread_states(pid));
 
     let (status, out) = run_writebehindd(&["--restore"], Duration::from_secs(10))?;
@@ -353,15 +359,6 @@ fn thread_states(pid: u32) -> Vec<char> {
         .filter(|t| t.file_name().to_string_lossy() != pid.to_string())
         .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok().and_then(state));
     main.into_iter().chain(others).collect()
-}
-
-fn poll(within: Duration, what: &str, mut done: impl FnMut() -> bool) -> Result<()> {
-    let deadline = Instant::now() + within;
-    while !done() {
-        anyhow::ensure!(Instant::now() < deadline, "not within {within:?}: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
 }
 
 /// Forty writers, each at 0.9 MiB/s (under a sixteenth of a 30 MiB/s

@@ -19,15 +19,6 @@ fn wb_programs_loaded() -> Result<bool> {
     Ok(run(Command::new("bpftool").args(["prog", "list"]))?.contains("name wb_"))
 }
 
-fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> Result<bool>) -> Result<()> {
-    let deadline = Instant::now() + within;
-    while !cond()? {
-        anyhow::ensure!(Instant::now() < deadline, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(())
-}
-
 #[test]
 fn killed_daemon_loses_nothing_and_restarts_onto_running_streams() -> Result<()> {
     require_root();

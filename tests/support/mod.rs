@@ -11,6 +11,7 @@ pub mod sampler;
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
@@ -36,6 +37,17 @@ pub fn require_root() {
 /// runs the tests under CPU emulation, about ten times slower.
 pub fn scale() -> u64 {
     std::env::var("WB_TEST_SCALE").ok().and_then(|s| s.parse().ok()).filter(|&n| n >= 1).unwrap_or(1)
+}
+
+/// Polls `cond` every 100 ms until it holds; an error naming `what` if it
+/// does not within `within`.
+pub fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> Result<bool>) -> Result<()> {
+    let deadline = Instant::now() + within;
+    while !cond()? {
+        anyhow::ensure!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
 }
 
 /// `n` divided by the scale.
