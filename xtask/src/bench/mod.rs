@@ -50,7 +50,7 @@ min–max). Writes results.json and one SVG plot per copy group to --out
              kernel default and writebehindd only, on the filesystems of
              xtask/bench-baseline.json; names every figure (a ratio to the
              default in the same run) outside its band there, better or
-             worse, and fails if any is (about 8 minutes on three)
+             worse, and fails if any is (about 4 minutes on three)
   --check-results DIR   the same comparison for a run already made
   --baseline DIRS       makes xtask/bench-baseline.json from the results of
              runs made as --check makes them (three: the bands are their
