@@ -173,11 +173,16 @@ fn path_at(dir: &OwnedFd, name: &[u8], flags: i32) -> Result<OwnedFd, ErrorKind>
 /// (dev, ino) and file type of an open file, from the inode in memory:
 /// AT_STATX_DONT_SYNC keeps FUSE and network filesystems from being asked.
 pub fn cached_identity(fd: RawFd) -> io::Result<(FileId, libc::mode_t)> {
+    cached_statx(fd, c"", libc::AT_EMPTY_PATH)
+}
+
+/// (dev, ino) and file type of what `path` beneath `dirfd` names (or `dirfd`
+/// itself, with AT_EMPTY_PATH), read from the inode in memory.
+fn cached_statx(dirfd: RawFd, path: &CStr, flags: i32) -> io::Result<(FileId, libc::mode_t)> {
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    let empty = c"";
-    let flags = libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC;
+    let flags = flags | libc::AT_STATX_DONT_SYNC;
     let mask = libc::STATX_TYPE | libc::STATX_INO;
-    if unsafe { libc::statx(fd, empty.as_ptr(), flags, mask, &mut stx) } != 0 {
+    if unsafe { libc::statx(dirfd, path.as_ptr(), flags, mask, &mut stx) } != 0 {
         return Err(io::Error::last_os_error());
     }
     let dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
@@ -195,16 +200,11 @@ pub fn cached_identity(fd: RawFd) -> io::Result<(FileId, libc::mode_t)> {
 /// cannot tell (no access).
 pub fn fd_still_names(pid: u32, fd: i32, id: FileId) -> Option<bool> {
     let path = CString::new(format!("/proc/{pid}/fd/{fd}")).ok()?;
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    let flags = libc::AT_STATX_DONT_SYNC;
-    if unsafe { libc::statx(libc::AT_FDCWD, path.as_ptr(), flags, libc::STATX_INO, &mut stx) } != 0 {
-        return match io::Error::last_os_error().raw_os_error() {
-            Some(libc::ENOENT | libc::ESRCH) => Some(false),
-            _ => None,
-        };
+    match cached_statx(libc::AT_FDCWD, &path, 0) {
+        Ok((now, _)) => Some(now == id),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => Some(false),
+        Err(_) => None,
     }
-    let dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
-    Some(FileId { dev, ino: stx.stx_ino } == id)
 }
 
 /// Writes `value` to an existing setting (a sysfs or procfs file): never
