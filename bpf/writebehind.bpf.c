@@ -24,7 +24,9 @@
  * still names the file; once sys_exit is hooked every task takes the traced
  * syscall path anyway, so these cost a bitmap test.
  *
- * Both: process exit at sched_process_exit, before exit_files().
+ * Both: process exit at sched_process_exit, before exit_files().  Syncs a
+ * writer asks for itself (fsync, fdatasync, sync_file_range) at fentry on
+ * vfs_fsync_range and sync_file_range, or at their sys_enter tracepoints.
  *
  * Covered (strace on Debian 12: dd and tar use write; cp uses read/write
  * across filesystems and copy_file_range within one): write, writev,
@@ -175,6 +177,28 @@ SEC("tracepoint/syscalls/sys_enter_dup3")
 int wb_enter_dup3(struct trace_event_raw_sys_enter *ctx)
 {
 	dup_over(ctx->args[0], ctx->args[1]);
+	return 0;
+}
+
+/* fsync, fdatasync and sync_file_range name the file by its descriptor. */
+SEC("tracepoint/syscalls/sys_enter_fsync")
+int wb_enter_fsync(struct trace_event_raw_sys_enter *ctx)
+{
+	stream_synced(current_fd_file(ctx->args[0]));
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_fdatasync")
+int wb_enter_fdatasync(struct trace_event_raw_sys_enter *ctx)
+{
+	stream_synced(current_fd_file(ctx->args[0]));
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_sync_file_range")
+int wb_enter_sync_file_range(struct trace_event_raw_sys_enter *ctx)
+{
+	stream_synced(current_fd_file(ctx->args[0]));
 	return 0;
 }
 
@@ -377,5 +401,24 @@ SEC("fentry/filp_close")
 int BPF_PROG(wb_filp_close, struct file *file)
 {
 	stream_close(file, -1);
+	return 0;
+}
+
+/* Syncs a writer asks for: fsync and fdatasync (and io_uring's fsync, and
+ * the kernel's own for O_SYNC and RWF_DSYNC writes, never streams) reach
+ * vfs_fsync_range; sync_file_range(2) its namesake, where the kernel does
+ * not inline it.  The agent's own sync_file_range calls pass a struct file
+ * of its own, which has no stream. */
+SEC("fentry/vfs_fsync_range")
+int BPF_PROG(wb_vfs_fsync_range, struct file *file)
+{
+	stream_synced(file);
+	return 0;
+}
+
+SEC("fentry/sync_file_range")
+int BPF_PROG(wb_sync_file_range, struct file *file)
+{
+	stream_synced(file);
 	return 0;
 }

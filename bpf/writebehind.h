@@ -108,7 +108,8 @@ struct wb_policy {
 	__u8 mode;         /* enum wb_mode */
 	__u8 multi_file;   /* a streaming process's closed files are flushed too */
 	__u8 on_battery;   /* enum wb_battery */
-	__u8 _pad;
+	__u8 leave_synced; /* a file its writer fsyncs, fdatasyncs or
+	                    * sync_file_range()s is left to that writer */
 };
 
 /* What the agent measured of a device: the `devices` hash map, by sb_dev (as
@@ -146,7 +147,8 @@ enum wb_stat {
 	WB_STAT_RB_DROPS = 0,   /* events lost because the ring buffer was full */
 	WB_STAT_MAP_FULL = 1,   /* writes not tracked because the stream map was full */
 	WB_STAT_CLOSES_SHED = 2, /* closes not reported: the ring buffer was half full */
-	WB_STAT_MAX = 3,
+	WB_STAT_SELF_SYNCED = 3, /* streams left to a writer that syncs the file itself */
+	WB_STAT_MAX = 4,
 };
 
 #endif /* WRITEBEHIND_H */

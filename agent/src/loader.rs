@@ -56,6 +56,13 @@ const FEXIT_WRITES: &[(&str, &str, u32)] = &[
 const SPLICE_WRITE: (&str, &str, (u32, u32)) = ("wb_splice_write", "iter_file_splice_write", (6, 8));
 /// Close hooks, the first this kernel has: filp_flush from 6.8, filp_close before.
 const FENTRY_CLOSES: &[(&str, &str)] = &[("wb_filp_flush", "filp_flush"), ("wb_filp_close", "filp_close")];
+/// Syncs a writer asks for itself (optional: without them such a writer's
+/// files are streamed like any other's).  Not their syscall tracepoints:
+/// hooking any syscall tracepoint sends every syscall of every task down
+/// the traced path (+64 to +87 ns each, docs/measurements.md), which the fentry backend
+/// otherwise avoids.
+const FENTRY_SYNCS: &[(&str, &str)] =
+    &[("wb_vfs_fsync_range", "vfs_fsync_range"), ("wb_sync_file_range", "sync_file_range")];
 
 /// Which hooks feed the stream logic (bpf/writebehind.bpf.c).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,12 +84,16 @@ impl std::str::FromStr for Backend {
         }
     }
 }
-/// (program, syscall tracepoint) pairs: closes, seen while the fd still names the file.
+/// (program, syscall tracepoint) pairs: closes, seen while the fd still
+/// names the file, and syncs a writer asks for itself.
 const SYSCALL_HOOKS: &[(&str, &str)] = &[
     ("wb_enter_close", "sys_enter_close"),
     ("wb_enter_close_range", "sys_enter_close_range"),
     ("wb_enter_dup2", "sys_enter_dup2"),
     ("wb_enter_dup3", "sys_enter_dup3"),
+    ("wb_enter_fsync", "sys_enter_fsync"),
+    ("wb_enter_fdatasync", "sys_enter_fdatasync"),
+    ("wb_enter_sync_file_range", "sys_enter_sync_file_range"),
 ];
 
 pub struct Loaded {
@@ -283,6 +294,12 @@ impl Loaded {
                 }
             }
             return Err(e);
+        }
+        for &(prog, func) in FENTRY_SYNCS {
+            let p: &mut FEntry = self.program(prog)?;
+            if let Err(e) = p.load(func, btf).and_then(|_| p.attach().map(drop)) {
+                tracing::info!(function = func, error = %e, "cannot hook; files their writer syncs through it are streamed");
+            }
         }
         let name = if gaps.is_empty() { "fentry".into() } else { format!("fentry+sys_exit({})", gaps.join(",")) };
         Ok((name, missing))

@@ -342,6 +342,7 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
         rb_drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS),
         untracked_map_full = loaded.stat(wb_stat::WB_STAT_MAP_FULL),
         closes_shed = loaded.stat(wb_stat::WB_STAT_CLOSES_SHED),
+        left_self_synced = loaded.stat(wb_stat::WB_STAT_SELF_SYNCED),
         errors = ?counters.errors().into_iter().filter(|e| e.1 > 0).collect::<Vec<_>>(),
         "stopping"
     );

@@ -73,6 +73,9 @@ policy_keys! {
     max_window: Size,
     /// Flush the tails of files a streaming process closes (tar x, cp -r).
     multi_file: bool,
+    /// Leave a file to its writer once it calls fsync, fdatasync or
+    /// sync_file_range on it (databases, package managers).
+    leave_synced: bool,
     /// Bytes a process may write before it counts as streaming.
     burst: Size,
     /// Idle time after which a process gets its burst allowance back.
@@ -244,7 +247,7 @@ impl Policy {
                 OnBattery::Lazy => wb_battery_WB_BATTERY_LAZY,
                 OnBattery::Off => wb_battery_WB_BATTERY_OFF,
             } as u8,
-            _pad: 0,
+            leave_synced: self.leave_synced as u8,
         }
     }
 

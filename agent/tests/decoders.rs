@@ -27,6 +27,7 @@ fn policy_text() -> impl Strategy<Value = String> {
         "min_window",
         "max_window",
         "multi_file",
+        "leave_synced",
         "burst",
         "quiet",
         "dirty_seconds",

@@ -53,6 +53,7 @@ const FENTRY: &[&str] = &["fentry"];
 /// confinement must hold for whichever backend the daemon falls back to.
 const PER_BACKEND: &[(&str, &str, &[&str])] = &[
     ("single_stream", "excluded_writers_cause_no_flush", FENTRY),
+    ("single_stream", "writers_that_sync_their_own_files_are_left_alone", FENTRY),
     ("single_stream", "full_speed_dd_is_reported", &[]),
     ("single_stream", "exec_right_after_write_never_etxtbsy", &[]),
     ("multi_file", "temp_files_and_overwrites_are_written_once", &[]),
