@@ -283,3 +283,22 @@ impl Drop for Cluster {
             .status();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transactions_are_read_from_every_thread_log() {
+        let dir = Scratch::new_in("/tmp", "db-test").unwrap();
+        std::fs::write(dir.0.join("tx.42"), "0 1 3083 0 1795672951 932061\n1 1 17581 0 1795672952 500000\n").unwrap();
+        std::fs::write(dir.0.join("tx.42.1"), "2 1 5470 0 1795672951 934430\n").unwrap();
+        std::fs::write(dir.0.join("server.log"), "not a transaction\n").unwrap();
+        let mut tx = transactions(&dir.0).unwrap();
+        tx.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert_eq!(tx.len(), 3);
+        assert!((tx[2].0 - 1795672952.5).abs() < 1e-6 && (tx[2].1 - 0.017581).abs() < 1e-9, "{tx:?}");
+        std::fs::write(dir.0.join("tx.42.1"), "2 1 54").unwrap();
+        assert!(transactions(&dir.0).is_err(), "a truncated line is an error, not a dropped transaction");
+    }
+}

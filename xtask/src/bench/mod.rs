@@ -433,3 +433,20 @@ fn overhead(plan: &Plan, daemon: &Path, runs: &mut Vec<Run>) -> Result<()> {
     print!("{}", report::table(runs, group));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenarios(args: &[&str]) -> Vec<String> {
+        parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>()).unwrap().scenarios
+    }
+
+    #[test]
+    fn db_runs_in_the_full_bench_and_when_named_only() {
+        assert!(scenarios(&[]).contains(&"db".into()));
+        assert!(!scenarios(&["--quick"]).contains(&"db".into()));
+        assert!(!scenarios(&["--smoke"]).contains(&"db".into()));
+        assert_eq!(scenarios(&["--quick", "--only", "db"]), ["db"]);
+    }
+}
