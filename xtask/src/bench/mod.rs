@@ -3,6 +3,7 @@
 
 mod check;
 mod cost;
+mod db;
 mod modes;
 mod probes;
 mod report;
@@ -35,7 +36,8 @@ min–max). Writes results.json and one SVG plot per copy group to --out
              tempfile, overhead, cost (what watching costs, daemon vs none:
              ns per write and per unrelated syscall, agent CPU and RSS for a
              3 GiB cp, tar x of 30,000 files, 1,000 streams, events/s; about
-             9 minutes with 3 runs, 23 s of --smoke)
+             9 minutes with 3 runs, 23 s of --smoke),
+             db (PostgreSQL's pgbench during the copy; full bench or --only db)
   modes:     default, global, strict, linus, dontcache, writebehindd, and
              writebehindd:KEY=VALUE+... (policy keys, e.g. window_seconds=0.25)
   --parts    cost's parts: per-call, copy, tar, flood, streams (default all)
@@ -77,7 +79,10 @@ struct Plan {
 /// it and as Fedora mounts it (compress=zstd:1).
 const FILESYSTEMS: [&str; 4] = ["ext4", "xfs", "btrfs", "btrfs-zstd"];
 
-const SCENARIOS: [&str; 7] = ["copy", "tar", "multi", "overwrite", "tempfile", "overhead", "cost"];
+const SCENARIOS: [&str; 8] = ["copy", "tar", "multi", "overwrite", "tempfile", "overhead", "cost", "db"];
+/// Left out of --quick and --smoke unless --only names them: a cluster and
+/// pgbench's tables per run and mode are more than a quick look needs.
+const FULL_ONLY: [&str; 1] = ["db"];
 
 fn parse(args: &[String]) -> Result<Plan> {
     let full = Sizes {
@@ -107,13 +112,13 @@ fn parse(args: &[String]) -> Result<Plan> {
         cost_parts: cost::parts().into_iter().map(str::to_owned).collect(),
         check: None,
     };
-    let (mut quick, mut fs_given) = (false, false);
+    let (mut quick, mut fs_given, mut reduced, mut only) = (false, false, false, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
             "--quick" => {
-                quick = true;
+                (quick, reduced) = (true, true);
                 plan.sizes = Sizes {
                     copy_files: 30,
                     tar_files: 2000,
@@ -132,6 +137,7 @@ fn parse(args: &[String]) -> Result<Plan> {
                 plan.cost = cost::CostSizes::quick();
             }
             "--smoke" => {
+                reduced = true;
                 plan.sizes = Sizes {
                     copy_files: 4,
                     copy_max_mib: 24,
@@ -151,7 +157,10 @@ fn parse(args: &[String]) -> Result<Plan> {
                 plan.slow_copy_files = 4;
                 plan.cost = cost::CostSizes::smoke();
             }
-            "--only" => plan.scenarios = val()?.split(',').map(str::to_owned).collect(),
+            "--only" => {
+                only = true;
+                plan.scenarios = val()?.split(',').map(str::to_owned).collect()
+            }
             "--parts" => plan.cost_parts = val()?.split(',').map(str::to_owned).collect(),
             "--modes" => {
                 plan.modes = val()?
@@ -177,6 +186,9 @@ fn parse(args: &[String]) -> Result<Plan> {
             }
             other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
+    }
+    if reduced && !only {
+        plan.scenarios.retain(|s| !FULL_ONLY.contains(&s.as_str()));
     }
     if let Some(base) = &plan.check {
         if !quick {
@@ -222,6 +234,13 @@ fn estimate_secs(plan: &Plan) -> f64 {
                 "multi" => s.multi_writers.iter().map(|&n| n as f64 * s.multi_mib as f64).sum(),
                 "overwrite" => 2.0 * s.overwrite_mib as f64,
                 "tempfile" => (s.temp_files as u64 * s.temp_mib) as f64,
+                // pgbench's tables, twice (the load and its checkpoint),
+                // and the copy, a second time for writebehindd's mode=off.
+                "db" => {
+                    let daemons = plan.modes.iter().filter(|m| matches!(m, Mode::Writebehindd(_))).count();
+                    (copy_files as f64 * s.copy_max_mib as f64 / 2.0 + 320.0)
+                        * (1.0 + daemons as f64 / plan.modes.len() as f64)
+                }
                 _ => 0.0,
             };
             bytes_at += mib / rate as f64;
@@ -345,6 +364,10 @@ fn bench_device(
     }
     let tag = format!("{fstype} {rate_mib}MiB/s");
     for scenario in scenarios_at(plan, rate_mib) {
+        if scenario == "db" {
+            db::bench(&ctx, &fs_modes, plan.runs, daemon, &tag, runs)?;
+            continue;
+        }
         let variants: Vec<Option<u32>> = match scenario {
             "multi" => sizes.multi_writers.iter().map(|&n| Some(n)).collect(),
             _ => vec![None],
@@ -409,4 +432,21 @@ fn overhead(plan: &Plan, daemon: &Path, runs: &mut Vec<Run>) -> Result<()> {
     }
     print!("{}", report::table(runs, group));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenarios(args: &[&str]) -> Vec<String> {
+        parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>()).unwrap().scenarios
+    }
+
+    #[test]
+    fn db_runs_in_the_full_bench_and_when_named_only() {
+        assert!(scenarios(&[]).contains(&"db".into()));
+        assert!(!scenarios(&["--quick"]).contains(&"db".into()));
+        assert!(!scenarios(&["--smoke"]).contains(&"db".into()));
+        assert_eq!(scenarios(&["--quick", "--only", "db"]), ["db"]);
+    }
 }

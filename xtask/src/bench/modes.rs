@@ -120,6 +120,12 @@ fn vm_bytes(name: &str, value: u64) -> Result<Knob> {
 }
 
 pub fn activate(mode: Mode, bdi: &str, rate: u64, daemon_exe: &Path) -> Result<Active> {
+    activate_with(mode, bdi, rate, daemon_exe, None)
+}
+
+/// With `[[policy]]` tables for the daemon after the mode's own keys (the
+/// db scenario's `mode = "off"` for the database's cgroup).
+pub fn activate_with(mode: Mode, bdi: &str, rate: u64, daemon_exe: &Path, tables: Option<&str>) -> Result<Active> {
     let mut knobs = Vec::new();
     let mut daemon = None;
     match mode {
@@ -139,7 +145,14 @@ pub fn activate(mode: Mode, bdi: &str, rate: u64, daemon_exe: &Path) -> Result<A
             )?);
             knobs.push(Knob::set(&format!("{dir}/strict_limit"), "1")?);
         }
-        Mode::Writebehindd(_) => daemon = Some(Daemon::start_exe(daemon_exe, mode.policy().as_deref())?),
+        Mode::Writebehindd(_) => {
+            // TOML: the keys at the top, the tables after them.
+            let policy = match (mode.policy(), tables) {
+                (keys, Some(t)) => Some(keys.unwrap_or_default() + t),
+                (keys, None) => keys,
+            };
+            daemon = Some(Daemon::start_exe(daemon_exe, policy.as_deref())?)
+        }
         Mode::Default | Mode::Linus | Mode::DontCache => {}
     }
     Ok(Active { _knobs: knobs, daemon })

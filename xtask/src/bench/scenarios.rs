@@ -52,7 +52,7 @@ impl Ctx<'_> {
     }
 
     /// The bench's own writer for in-application modes, else the real program.
-    fn writer(&self, mode: Mode, args: &[&str], real: Command) -> Command {
+    pub(super) fn writer(&self, mode: Mode, args: &[&str], real: Command) -> Command {
         match mode.flavor() {
             Some(f) => {
                 let mut c = Command::new(&self.xtask);
@@ -77,11 +77,11 @@ fn dd(path: &str, mib: &str) -> Command {
     c
 }
 
-fn spawn(mut cmd: Command) -> Result<Child> {
+pub(super) fn spawn(mut cmd: Command) -> Result<Child> {
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn().with_context(|| format!("spawning {cmd:?}"))
 }
 
-fn wait(mut child: Child, what: &str) -> Result<()> {
+pub(super) fn wait(mut child: Child, what: &str) -> Result<()> {
     let st = child.wait()?;
     if !st.success() {
         bail!("{what} failed: {st}");
