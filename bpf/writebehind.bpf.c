@@ -150,13 +150,19 @@ int BPF_PROG(wb_sys_exit, struct pt_regs *regs, long ret)
 	return 0;
 }
 
+/* What a syscall tracepoint program returns: nonzero lets the kernel go on
+ * to the event's perf listeners (perf_syscall_enter() skips them on 0).
+ * Returning 0 hid these syscalls from `perf record -e syscalls:...` and
+ * `perf trace` while the daemon ran (found tracing fdatasync for issue 26). */
+#define KEEP_EVENT 1
+
 SEC("tracepoint/syscalls/sys_enter_close")
 int wb_enter_close(struct trace_event_raw_sys_enter *ctx)
 {
 	__s32 fd = ctx->args[0];
 
 	stream_close(current_fd_file(fd), fd);
-	return 0;
+	return KEEP_EVENT;
 }
 
 /* dup2/dup3 onto an open descriptor close what it named. */
@@ -170,14 +176,14 @@ SEC("tracepoint/syscalls/sys_enter_dup2")
 int wb_enter_dup2(struct trace_event_raw_sys_enter *ctx)
 {
 	dup_over(ctx->args[0], ctx->args[1]);
-	return 0;
+	return KEEP_EVENT;
 }
 
 SEC("tracepoint/syscalls/sys_enter_dup3")
 int wb_enter_dup3(struct trace_event_raw_sys_enter *ctx)
 {
 	dup_over(ctx->args[0], ctx->args[1]);
-	return 0;
+	return KEEP_EVENT;
 }
 
 /* fsync, fdatasync and sync_file_range name the file by its descriptor. */
@@ -185,21 +191,21 @@ SEC("tracepoint/syscalls/sys_enter_fsync")
 int wb_enter_fsync(struct trace_event_raw_sys_enter *ctx)
 {
 	stream_synced(current_fd_file(ctx->args[0]));
-	return 0;
+	return KEEP_EVENT;
 }
 
 SEC("tracepoint/syscalls/sys_enter_fdatasync")
 int wb_enter_fdatasync(struct trace_event_raw_sys_enter *ctx)
 {
 	stream_synced(current_fd_file(ctx->args[0]));
-	return 0;
+	return KEEP_EVENT;
 }
 
 SEC("tracepoint/syscalls/sys_enter_sync_file_range")
 int wb_enter_sync_file_range(struct trace_event_raw_sys_enter *ctx)
 {
 	stream_synced(current_fd_file(ctx->args[0]));
-	return 0;
+	return KEEP_EVENT;
 }
 
 struct fd_walk {
@@ -254,9 +260,9 @@ SEC("tracepoint/syscalls/sys_enter_close_range")
 int wb_enter_close_range(struct trace_event_raw_sys_enter *ctx)
 {
 	if (ctx->args[2] & CLOSE_RANGE_CLOEXEC)
-		return 0;
+		return KEEP_EVENT;
 	close_fd_range(current_task(), ctx->args[0], ctx->args[1]);
-	return 0;
+	return KEEP_EVENT;
 }
 
 /* ---- both backends ---- */

@@ -144,3 +144,41 @@ fn same_decisions(a: (&str, &BTreeSet<Decision>), b: (&str, &BTreeSet<Decision>)
     let only_b: Vec<_> = b.1.difference(a.1).collect();
     assert!(only_a.is_empty() && only_b.is_empty(), "only {}: {only_a:#?}\nonly {}: {only_b:#?}", a.0, b.0);
 }
+
+/// How many times `perf stat` saw each syscall tracepoint while `dd` wrote
+/// and fsynced a small file.
+fn perf_counts() -> Result<BTreeMap<String, u64>> {
+    let dir = Scratch::new("perf")?;
+    let out = sh(&format!(
+        "perf stat -x, -e syscalls:sys_enter_close,syscalls:sys_enter_fsync -- \
+         dd if=/dev/zero of={}/f bs=4k count=1 conv=fsync status=none 2>&1 >/dev/null",
+        dir.0.display()
+    ))?;
+    // "1,,syscalls:sys_enter_fsync,..." (count, unit, event, ...)
+    Ok(out
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((f.get(2)?.to_string(), f.first()?.parse().ok()?))
+        })
+        .collect())
+}
+
+/// The daemon's programs on syscall tracepoints share them with perf: a
+/// program that returns 0 there keeps the event from every perf listener
+/// (perf_syscall_enter), which hid closes and fsyncs from `perf trace` and
+/// `perf record` while the daemon ran.
+#[test]
+fn perf_still_sees_the_syscalls_the_daemon_hooks() -> Result<()> {
+    require_root();
+    let alone = perf_counts()?;
+    let daemon = Daemon::start_with_args(&["--backend", "tracepoint"])?;
+    let watched = perf_counts()?;
+    daemon.stop()?;
+    println!("  perf stat, alone: {alone:?}; beside the daemon: {watched:?}");
+    for event in ["syscalls:sys_enter_close", "syscalls:sys_enter_fsync"] {
+        assert!(alone.get(event).copied().unwrap_or(0) > 0, "perf saw no {event} at all: {alone:?}");
+        assert_eq!(watched.get(event), alone.get(event), "{event} hidden from perf by the daemon");
+    }
+    Ok(())
+}
