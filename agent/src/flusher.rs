@@ -130,6 +130,69 @@ pub struct Flush {
     pub target: Target,
     pub start: u64,
     pub end: u64,
+    /// Its share of FLUSH_MEMORY, given back when it is dropped.
+    _charge: Charge,
+}
+
+impl Flush {
+    /// A flush, or None when the flushes waiting in the agent already hold
+    /// FLUSH_MEMORY (the caller leaves the file to the kernel).
+    pub fn new(target: Target, start: u64, end: u64, memory: &FlushMemory) -> Option<Self> {
+        let path = match &target {
+            Target::Closed(f) | Target::Window(f) => f.path.as_ref().map_or(0, |p| p.to_bytes_with_nul().len() + 16),
+            Target::Held(_) => 0,
+        };
+        let charge = memory.charge(std::mem::size_of::<Flush>() + path)?;
+        Some(Self { target, start, end, _charge: charge })
+    }
+}
+
+/// What the flushes waiting anywhere in the agent (a writer's batch, the
+/// files left to the kernel it remembers, a device's queue) may hold in
+/// memory together.  Each device's queue (MAX_QUEUED) and each writer's
+/// files (LEFT_FILES) are bounded, but every FUSE mount is a device, every
+/// process a writer, and on exFAT a closed file's path takes up to 4 KiB:
+/// without this one user could pin gigabytes in the root daemon (#25,
+/// class 4).  32 MiB is a quarter of a million flushes by handle, or
+/// `tar x` of 30,000 files with 150-byte paths seven times over.
+pub const FLUSH_MEMORY: usize = 32 << 20;
+
+/// The bytes waiting flushes hold, against a limit.
+#[derive(Debug, Clone)]
+pub struct FlushMemory {
+    used: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+impl FlushMemory {
+    pub fn new(limit: usize) -> Self {
+        Self { used: Arc::new(AtomicUsize::new(0)), limit }
+    }
+
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn charge(&self, bytes: usize) -> Option<Charge> {
+        let before = self.used.fetch_add(bytes, Ordering::Relaxed);
+        if before + bytes > self.limit {
+            self.used.fetch_sub(bytes, Ordering::Relaxed);
+            return None;
+        }
+        Some(Charge { used: self.used.clone(), bytes })
+    }
+}
+
+#[derive(Debug)]
+struct Charge {
+    used: Arc<AtomicUsize>,
+    bytes: usize,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.used.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// Flushes submitted back to back, in order: a batch of closed files is
@@ -533,9 +596,18 @@ impl Submitter {
 mod tests {
     use super::*;
 
+    impl Flush {
+        fn target_file(self) -> ClosedFile {
+            match self.target {
+                Target::Closed(f) | Target::Window(f) => f,
+                Target::Held(s) => s.closed.clone(),
+            }
+        }
+    }
+
     fn batch(owner: u64, n: u64) -> Batch {
         let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: n, generation: 0, fs_root: 0, fs_magic: 0, path: None };
-        Batch { owner, flushes: vec![Flush { target: Target::Closed(f), start: 0, end: 1 }] }
+        Batch { owner, flushes: vec![Flush::new(Target::Closed(f), 0, 1, &FlushMemory::new(usize::MAX)).unwrap()] }
     }
 
     fn inos(v: Vec<Batch>) -> Vec<u64> {
@@ -576,6 +648,49 @@ mod tests {
         b.done(3);
         assert!(b.try_add(3));
         assert!(!b.try_add(1));
+    }
+
+    #[test]
+    fn flush_memory_is_bounded_and_given_back() {
+        let memory = FlushMemory::new(3 * std::mem::size_of::<Flush>());
+        let flush = || Flush::new(Target::Closed(batch(1, 1).flushes.remove(0).target_file()), 0, 1, &memory);
+        let held: Vec<Flush> = (0..3).map(|_| flush().expect("within the limit")).collect();
+        assert!(flush().is_none(), "past the limit");
+        drop(held);
+        assert_eq!(memory.used(), 0, "dropped flushes give their bytes back");
+        assert!(flush().is_some());
+    }
+
+    /// Closed files with 4 KiB paths (exFAT) on many devices whose threads
+    /// never drain: what they hold together stays within FLUSH_MEMORY,
+    /// where each device's MAX_QUEUED alone would let 8 devices hold 2 GiB.
+    #[test]
+    fn paths_queued_on_many_hung_devices_stay_within_flush_memory() {
+        let counters = Arc::new(Counters::default());
+        let mut f = Flushers::new(counters.clone());
+        let memory = FlushMemory::new(FLUSH_MEMORY);
+        let dev = Arc::new(DeviceShared::for_tests());
+        let path: RelPath = std::ffi::CString::new(vec![b'a'; 4095]).unwrap().into();
+        let (mut queued, mut refused) = (0u64, 0u64);
+        for d in 0..8 {
+            let (tx, rx) = mpsc::channel();
+            std::mem::forget(rx);
+            let backlog = Arc::new(Backlog::default());
+            let q = Queue { tx, handle: thread::spawn(|| ()), backlog, full_logged: false, last: Instant::now() };
+            f.devices.insert(format!("hung{d}"), q);
+            for i in 0..MAX_QUEUED as u64 {
+                let file = ClosedFile { path: Some(path.clone()), ..batch(1, i).flushes.remove(0).target_file() };
+                match Flush::new(Target::Closed(file), 0, 1, &memory) {
+                    Some(job) => {
+                        f.submit(&format!("hung{d}"), &dev, Batch { owner: 1, flushes: vec![job] });
+                        queued += 1;
+                    }
+                    None => refused += 1,
+                }
+            }
+        }
+        assert!(memory.used() <= FLUSH_MEMORY, "{} bytes held", memory.used());
+        assert!(queued > 7000 && refused > 500_000, "queued {queued}, refused {refused}");
     }
 
     /// A device whose thread never drains (hung in writeback) takes

@@ -121,6 +121,7 @@ impl Control {
         counters.insert("untracked_map_full".into(), loaded.stat(wb_stat::WB_STAT_MAP_FULL));
         counters.insert("closes_shed".into(), loaded.stat(wb_stat::WB_STAT_CLOSES_SHED));
         counters.insert("left_self_synced".into(), loaded.stat(wb_stat::WB_STAT_SELF_SYNCED));
+        counters.insert("flush_memory_bytes".into(), table.flush_memory() as u64);
         let status = Status {
             version: env!("CARGO_PKG_VERSION").into(),
             backend: self.backend.clone(),

@@ -14,7 +14,7 @@ use crate::{
     bandwidth::{self, Active, Rate},
     counters::{Counters, ErrorKind},
     devices::{DeviceShared, Devices},
-    flusher::{Batch, Flush, Flushers, StreamFile, Target},
+    flusher::{Batch, FLUSH_MEMORY, Flush, FlushMemory, Flushers, StreamFile, Target},
     handles::ClosedFile,
     owners::Owners,
     status::printable,
@@ -153,11 +153,9 @@ pub struct StreamTable {
     owners: Owners,
     /// What each device's writers dirtied lately, together.
     device_rates: HashMap<String, Rate>,
-}
-
-/// Writeback of the event's range of `target` on `dev`, waiting for nothing.
-fn flush_of(ev: &wb_event, target: Target, dev: &DeviceShared) -> Flush {
-    Flush { target, start: dev.flush_start(ev.start), end: ev.end }
+    /// What waiting flushes hold, in all of `pending`, `left` and the
+    /// devices' queues.
+    memory: FlushMemory,
 }
 
 /// What names the event's inode for good, to open it by handle (or, on a
@@ -189,7 +187,24 @@ impl StreamTable {
             over_cap_logged: false,
             owners: Owners::new(Path::new(crate::owners::SUBUID)),
             device_rates: HashMap::new(),
+            memory: FlushMemory::new(FLUSH_MEMORY),
         }
+    }
+
+    /// Bytes the flushes waiting in the agent hold (at most FLUSH_MEMORY).
+    pub fn flush_memory(&self) -> usize {
+        self.memory.used()
+    }
+
+    /// Writeback of the event's range of `target` on `dev`, waiting for
+    /// nothing; None when the flushes waiting in the agent already hold
+    /// FLUSH_MEMORY: the range is left to the kernel, counted as over_cap.
+    fn flush_of(&self, ev: &wb_event, target: Target, dev: &DeviceShared) -> Option<Flush> {
+        let f = Flush::new(target, dev.flush_start(ev.start), ev.end, &self.memory);
+        if f.is_none() {
+            self.counters.error(ErrorKind::OverCap);
+        }
+        f
     }
 
     /// Owners of flush batches: streams count up from 1 << 32, multi-file
@@ -237,8 +252,9 @@ impl StreamTable {
         if !dev.flushes_span_to(ev.end) {
             return;
         }
-        let job = flush_of(ev, Target::Held(file), &dev);
-        self.flushers.submit(&bdi, &dev, Batch { owner: id, flushes: vec![job] });
+        if let Some(job) = self.flush_of(ev, Target::Held(file), &dev) {
+            self.flushers.submit(&bdi, &dev, Batch { owner: id, flushes: vec![job] });
+        }
     }
 
     /// Starts a stream for the event's writer and file, if the caps allow;
@@ -321,14 +337,17 @@ impl StreamTable {
         let device_busy = self.device_dirtied(&ev.bdi(), tail, now);
         if let Some(s) = self.streams.remove(&key) {
             s.file.set_path(path);
-            let job = flush_of(ev, Target::Held(s.file.clone()), &dev);
-            self.flushers.submit(&s.bdi, &dev, Batch { owner: s.id, flushes: vec![job] });
+            if let Some(job) = self.flush_of(ev, Target::Held(s.file.clone()), &dev) {
+                self.flushers.submit(&s.bdi, &dev, Batch { owner: s.id, flushes: vec![job] });
+            }
             self.ended(key, s, tail, "closed");
             return;
         }
         self.note_writer(key.tgid, ev, tail, now);
         self.writer_busy(key.tgid, device_busy);
-        let job = flush_of(ev, Target::Closed(closed_file(key, ev, path)), &dev);
+        let Some(job) = self.flush_of(ev, Target::Closed(closed_file(key, ev, path)), &dev) else {
+            return;
+        };
         let slot = (ev.bdi(), key.tgid);
         let budget = self.devices.budget(&slot.0);
         if budget != 0 {
@@ -367,8 +386,9 @@ impl StreamTable {
         if !dev.flushes_span_to(ev.end) {
             return;
         }
-        let job = flush_of(ev, Target::Window(closed_file(key, ev, None)), dev);
-        self.flushers.submit(&ev.bdi(), dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
+        if let Some(job) = self.flush_of(ev, Target::Window(closed_file(key, ev, None)), dev) {
+            self.flushers.submit(&ev.bdi(), dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
+        }
     }
 
     fn note_writer(&mut self, tgid: u32, ev: &wb_event, bytes: u64, now: Instant) -> &mut Writer {
