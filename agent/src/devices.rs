@@ -27,6 +27,11 @@ use crate::{
 const LINGER: Duration = Duration::from_secs(2);
 /// The budget is rewritten only when it moved by more than this fraction.
 const BUDGET_SLACK: f64 = 0.1;
+/// A device with no event for this long, not paced, is forgotten (its
+/// record, and its entries in BPF's `devices` map): every FUSE mount is a
+/// device, and user namespaces let a user make any number of them (#25,
+/// class 4).  Seen again, it starts from the kernel's bandwidth estimate.
+const DEVICE_IDLE: Duration = Duration::from_secs(600);
 
 /// What a device's flusher thread and the intake task share.
 pub struct DeviceShared {
@@ -104,6 +109,8 @@ struct Device {
     dirty: u64,
     /// The dirty cap the agent set, 0 when not pacing.
     budget: u64,
+    /// When an event last named it.
+    last_event: Instant,
 }
 
 impl Device {
@@ -181,8 +188,10 @@ impl Devices {
                 last_busy: None,
                 dirty: 0,
                 budget: 0,
+                last_event: Instant::now(),
             }
         });
+        dev.last_event = Instant::now();
         dev.shared.est.lock().unwrap().kernel(ev.bdi_bw_pages * self.page_size);
         dev.dirty = (ev.bdi_dirty_pages as i64).max(0) as u64 * self.page_size;
         if dev.sb_devs.insert(ev.sb_dev)
@@ -235,6 +244,32 @@ impl Devices {
             self.tick_one(&bdi, a);
         }
         self.pacer.tick();
+        self.forget_idle(Instant::now());
+    }
+
+    /// Forgets devices no event named for DEVICE_IDLE, unless paced.
+    fn forget_idle(&mut self, now: Instant) {
+        let pacer = &self.pacer;
+        let idle: Vec<String> = self
+            .devs
+            .iter()
+            .filter(|(bdi, d)| now - d.last_event >= DEVICE_IDLE && d.budget == 0 && !pacer.is_paced(bdi))
+            .map(|(bdi, _)| bdi.clone())
+            .collect();
+        for bdi in idle {
+            let d = self.devs.remove(&bdi).expect("listed above");
+            if let Some(m) = &mut self.map {
+                for sb in &d.sb_devs {
+                    let _ = m.remove(sb);
+                }
+            }
+            tracing::debug!(bdi, "device forgotten (idle)");
+        }
+    }
+
+    /// Whether the device has a record (an event named it lately).
+    pub fn knows(&self, bdi: &str) -> bool {
+        self.devs.contains_key(bdi)
     }
 
     fn tick_one(&mut self, bdi: &str, active: Active) {
@@ -357,6 +392,30 @@ fn max_request(bdi: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Devices no event named for DEVICE_IDLE are forgotten; a recent one is kept.
+    #[test]
+    fn idle_devices_are_forgotten() {
+        let dir = std::env::temp_dir().join(format!("wb-devices-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let global = crate::pacing::Global::with_paths(dir.join("vm"), dir.join("vmstat"), dir.join("global"));
+        let pacer = Pacer::with_paths(dir.clone(), dir.join("journal"), global, crate::pacing::Lever::Auto);
+        let mut devices = Devices::new(Policy::embedded_default(), None, pacer);
+        for (i, bdi) in [b"0:70", b"0:71"].iter().enumerate() {
+            let mut ev = wb_event { sb_dev: 70 + i as u32, ..Default::default() };
+            for (d, s) in ev.bdi.iter_mut().zip(bdi.iter()) {
+                *d = *s as std::ffi::c_char;
+            }
+            devices.note(&ev);
+        }
+        // Ten minutes on (not back: the clock may not be ten minutes old),
+        // with an event on 0:71 a moment before.
+        let later = Instant::now() + DEVICE_IDLE;
+        devices.devs.get_mut("0:71").unwrap().last_event = later - Duration::from_secs(1);
+        devices.forget_idle(later);
+        assert!(!devices.knows("0:70") && devices.knows("0:71"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn only_btrfs_compressing_by_its_own_judgement_has_a_grain() {

@@ -490,6 +490,8 @@ impl StreamTable {
             }
         }
         self.devices.tick(&active, on_battery);
+        let devices = &self.devices;
+        self.device_rates.retain(|bdi, _| devices.knows(bdi));
         self.flushers.retire_idle();
     }
 
