@@ -20,7 +20,7 @@ use std::{
     os::fd::{AsRawFd, OwnedFd},
     sync::{
         Arc, Mutex, OnceLock,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicBool, Ordering},
         mpsc,
     },
     thread::{self, JoinHandle},
@@ -131,19 +131,25 @@ pub struct Flush {
     pub start: u64,
     pub end: u64,
     /// Its share of FLUSH_MEMORY, given back when it is dropped.
-    _charge: Charge,
+    charge: Charge,
 }
 
 impl Flush {
-    /// A flush, or None when the flushes waiting in the agent already hold
-    /// FLUSH_MEMORY (the caller leaves the file to the kernel).
-    pub fn new(target: Target, start: u64, end: u64, memory: &FlushMemory) -> Option<Self> {
+    /// A flush for `user` (the writer's owner), or None when the flushes
+    /// waiting in the agent already hold FLUSH_MEMORY, or that user's
+    /// already hold half of it (the caller leaves the file to the kernel).
+    pub fn new(target: Target, start: u64, end: u64, user: u32, memory: &FlushMemory) -> Option<Self> {
         let path = match &target {
             Target::Closed(f) | Target::Window(f) => f.path.as_ref().map_or(0, |p| p.to_bytes_with_nul().len() + 16),
             Target::Held(_) => 0,
         };
-        let charge = memory.charge(std::mem::size_of::<Flush>() + path)?;
-        Some(Self { target, start, end, _charge: charge })
+        let charge = memory.charge(std::mem::size_of::<Flush>() + path, user)?;
+        Some(Self { target, start, end, charge })
+    }
+
+    /// Whose writer it is for.
+    pub fn user(&self) -> u32 {
+        self.charge.user
     }
 }
 
@@ -157,41 +163,70 @@ impl Flush {
 /// `tar x` of 30,000 files with 150-byte paths seven times over.
 pub const FLUSH_MEMORY: usize = 32 << 20;
 
-/// The bytes waiting flushes hold, against a limit.
+/// The bytes waiting flushes hold, in all and by user, against a limit:
+/// one user's at most half of it, so that no user can take the others'
+/// write-behind away by filling it (#25, class 5).
 #[derive(Debug, Clone)]
 pub struct FlushMemory {
-    used: Arc<AtomicUsize>,
+    used: Arc<Mutex<Shares>>,
     limit: usize,
 }
 
 impl FlushMemory {
     pub fn new(limit: usize) -> Self {
-        Self { used: Arc::new(AtomicUsize::new(0)), limit }
+        Self { used: Arc::default(), limit }
     }
 
     pub fn used(&self) -> usize {
-        self.used.load(Ordering::Relaxed)
+        self.used.lock().unwrap().all
     }
 
-    fn charge(&self, bytes: usize) -> Option<Charge> {
-        let before = self.used.fetch_add(bytes, Ordering::Relaxed);
-        if before + bytes > self.limit {
-            self.used.fetch_sub(bytes, Ordering::Relaxed);
+    fn charge(&self, bytes: usize, user: u32) -> Option<Charge> {
+        self.used.lock().unwrap().take(bytes, user, self.limit)?;
+        Some(Charge { used: self.used.clone(), bytes, user })
+    }
+}
+
+/// What is taken of a limit, in all and by user.
+#[derive(Debug, Default)]
+struct Shares {
+    all: usize,
+    by_user: HashMap<u32, usize>,
+}
+
+impl Shares {
+    /// Takes `n` for `user`: at most `limit` in all, half of it each user.
+    fn take(&mut self, n: usize, user: u32, limit: usize) -> Option<()> {
+        let mine = self.by_user.get(&user).copied().unwrap_or(0);
+        if self.all + n > limit || mine + n > limit / 2 {
             return None;
         }
-        Some(Charge { used: self.used.clone(), bytes })
+        self.all += n;
+        self.by_user.insert(user, mine + n);
+        Some(())
+    }
+
+    fn give_back(&mut self, n: usize, user: u32) {
+        self.all -= n;
+        if let Some(mine) = self.by_user.get_mut(&user) {
+            *mine -= n;
+            if *mine == 0 {
+                self.by_user.remove(&user);
+            }
+        }
     }
 }
 
 #[derive(Debug)]
 struct Charge {
-    used: Arc<AtomicUsize>,
+    used: Arc<Mutex<Shares>>,
     bytes: usize,
+    user: u32,
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.used.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.used.lock().unwrap().give_back(self.bytes, self.user);
     }
 }
 
@@ -203,6 +238,13 @@ impl Drop for Charge {
 pub struct Batch {
     pub owner: u64,
     pub flushes: Vec<Flush>,
+}
+
+impl Batch {
+    /// The user its flushes are for (one writer's: the same for all).
+    fn user(&self) -> u32 {
+        self.flushes.first().map_or(0, Flush::user)
+    }
 }
 
 /// A device's flusher thread, as the intake side sees it.
@@ -260,7 +302,7 @@ impl Flushers {
         }
         let q = self.devices.get_mut(bdi).expect("started above");
         q.last = Instant::now();
-        if !q.backlog.try_add(n) {
+        if !q.backlog.try_add(n, batch.user()) {
             self.counters.errors_add(ErrorKind::OverCap, n as u64);
             if !std::mem::replace(&mut q.full_logged, true) {
                 tracing::warn!(
@@ -335,31 +377,28 @@ impl Flushers {
 /// nothing from more queued writeback.
 pub const MAX_QUEUED: usize = 65_536;
 
-/// Flushes handed to a device's thread and not yet submitted.  Counted
-/// where they are fed, not where they are drained: a thread hung in
-/// writeback (a dead disk) drains nothing, and its channel would otherwise
-/// grow without bound.  One feeder (the intake thread) adds; the device's
-/// thread takes away.
+/// Flushes handed to a device's thread and not yet submitted, in all and
+/// by user (one user's at most half: #25, class 5).  Counted where they are
+/// fed, not where they are drained: a thread hung in writeback (a dead
+/// disk) drains nothing, and its channel would otherwise grow without
+/// bound.  One feeder (the intake thread) adds; the device's thread takes
+/// away.
 #[derive(Default)]
-struct Backlog(AtomicUsize, AtomicBool);
+struct Backlog(Mutex<Shares>, AtomicBool);
 
 impl Backlog {
-    /// Takes room for `n` more flushes, if there is room.
-    fn try_add(&self, n: usize) -> bool {
-        if self.len() + n > MAX_QUEUED {
-            return false;
-        }
-        self.0.fetch_add(n, Ordering::Relaxed);
-        true
+    /// Takes room for `n` more flushes of `user`, if there is room.
+    fn try_add(&self, n: usize, user: u32) -> bool {
+        self.0.lock().unwrap().take(n, user, MAX_QUEUED).is_some()
     }
 
-    /// `n` flushes were submitted.
-    fn done(&self, n: usize) {
-        self.0.fetch_sub(n, Ordering::Relaxed);
+    /// `n` flushes of `user` were submitted.
+    fn done(&self, n: usize, user: u32) {
+        self.0.lock().unwrap().give_back(n, user);
     }
 
     fn len(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
+        self.0.lock().unwrap().all
     }
 
     /// Set by the device's thread while it waits for work with nothing in
@@ -475,10 +514,10 @@ impl Submitter {
                 rounds.push(b);
             }
             for batch in rounds.round() {
-                let n = batch.flushes.len();
+                let (n, user) = (batch.flushes.len(), batch.user());
                 self.submit(batch);
                 self.handles.release();
-                backlog.done(n);
+                backlog.done(n, user);
             }
         }
     }
@@ -605,9 +644,11 @@ mod tests {
         }
     }
 
+    /// A batch of one closed file, for user `owner`.
     fn batch(owner: u64, n: u64) -> Batch {
         let f = ClosedFile { sb_dev: 0, st_dev: 0, ino: n, generation: 0, fs_root: 0, fs_magic: 0, path: None };
-        Batch { owner, flushes: vec![Flush::new(Target::Closed(f), 0, 1, &FlushMemory::new(usize::MAX)).unwrap()] }
+        let memory = FlushMemory::new(usize::MAX);
+        Batch { owner, flushes: vec![Flush::new(Target::Closed(f), 0, 1, owner as u32, &memory).unwrap()] }
     }
 
     fn inos(v: Vec<Batch>) -> Vec<u64> {
@@ -640,25 +681,29 @@ mod tests {
     #[test]
     fn the_backlog_is_bounded_where_it_is_fed() {
         let b = Backlog::default();
-        assert!(b.try_add(MAX_QUEUED - 1));
-        assert!(!b.try_add(2), "past the cap");
-        assert!(b.try_add(1));
-        assert!(!b.try_add(1));
+        let half = MAX_QUEUED / 2;
+        assert!(b.try_add(half - 1, 1));
+        assert!(!b.try_add(2, 1), "past one user's half");
+        assert!(b.try_add(1, 1));
+        assert!(b.try_add(half, 2), "another user's half is there");
+        assert!(!b.try_add(1, 3), "past the cap");
         // Only what the device's thread submitted makes room again.
-        b.done(3);
-        assert!(b.try_add(3));
-        assert!(!b.try_add(1));
+        b.done(3, 1);
+        assert!(b.try_add(3, 3));
+        assert!(!b.try_add(1, 1));
     }
 
     #[test]
-    fn flush_memory_is_bounded_and_given_back() {
-        let memory = FlushMemory::new(3 * std::mem::size_of::<Flush>());
-        let flush = || Flush::new(Target::Closed(batch(1, 1).flushes.remove(0).target_file()), 0, 1, &memory);
-        let held: Vec<Flush> = (0..3).map(|_| flush().expect("within the limit")).collect();
-        assert!(flush().is_none(), "past the limit");
-        drop(held);
+    fn flush_memory_is_bounded_by_user_and_given_back() {
+        let memory = FlushMemory::new(4 * std::mem::size_of::<Flush>());
+        let flush = |user| Flush::new(Target::Closed(batch(1, 1).flushes.remove(0).target_file()), 0, 1, user, &memory);
+        let mine: Vec<Flush> = (0..2).map(|_| flush(1).expect("within my half")).collect();
+        assert!(flush(1).is_none(), "past one user's half");
+        let theirs: Vec<Flush> = (0..2).map(|_| flush(2).expect("another user's half is there")).collect();
+        assert!(flush(3).is_none(), "past the limit");
+        drop((mine, theirs));
         assert_eq!(memory.used(), 0, "dropped flushes give their bytes back");
-        assert!(flush().is_some());
+        assert!(flush(1).is_some());
     }
 
     /// Closed files with 4 KiB paths (exFAT) on many devices whose threads
@@ -680,9 +725,9 @@ mod tests {
             f.devices.insert(format!("hung{d}"), q);
             for i in 0..MAX_QUEUED as u64 {
                 let file = ClosedFile { path: Some(path.clone()), ..batch(1, i).flushes.remove(0).target_file() };
-                match Flush::new(Target::Closed(file), 0, 1, &memory) {
+                match Flush::new(Target::Closed(file), 0, 1, d, &memory) {
                     Some(job) => {
-                        f.submit(&format!("hung{d}"), &dev, Batch { owner: 1, flushes: vec![job] });
+                        f.submit(&format!("hung{d}"), &dev, Batch { owner: d as u64, flushes: vec![job] });
                         queued += 1;
                     }
                     None => refused += 1,
@@ -694,7 +739,8 @@ mod tests {
     }
 
     /// A device whose thread never drains (hung in writeback) takes
-    /// MAX_QUEUED flushes and no more: the rest are counted, not queued.
+    /// MAX_QUEUED flushes and no more, half of them one user's: the rest
+    /// are counted, not queued.
     #[test]
     fn a_hung_device_queues_at_most_max_queued() {
         let counters = Arc::new(Counters::default());
@@ -710,7 +756,12 @@ mod tests {
         for i in 0..(MAX_QUEUED as u64 + 100) {
             f.submit("hung", &dev, batch(1, i));
         }
+        assert_eq!(backlog.len(), MAX_QUEUED / 2, "one user's half");
+        for i in 0..(MAX_QUEUED as u64 / 2) {
+            f.submit("hung", &dev, batch(2, i));
+        }
         assert_eq!(backlog.len(), MAX_QUEUED);
-        assert_eq!(counters.errors().into_iter().find(|e| e.0 == "over_cap").unwrap().1, 100);
+        let over = counters.errors().into_iter().find(|e| e.0 == "over_cap").unwrap().1;
+        assert_eq!(over, MAX_QUEUED as u64 / 2 + 100);
     }
 }

@@ -198,9 +198,11 @@ impl StreamTable {
 
     /// Writeback of the event's range of `target` on `dev`, waiting for
     /// nothing; None when the flushes waiting in the agent already hold
-    /// FLUSH_MEMORY: the range is left to the kernel, counted as over_cap.
+    /// FLUSH_MEMORY, or half of it are the writer's user's: the range is
+    /// left to the kernel, counted as over_cap.
     fn flush_of(&self, ev: &wb_event, target: Target, dev: &DeviceShared) -> Option<Flush> {
-        let f = Flush::new(target, dev.flush_start(ev.start), ev.end, &self.memory);
+        let user = self.owners.owner(ev.uid);
+        let f = Flush::new(target, dev.flush_start(ev.start), ev.end, user, &self.memory);
         if f.is_none() {
             self.counters.error(ErrorKind::OverCap);
         }
