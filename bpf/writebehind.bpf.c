@@ -26,7 +26,7 @@
  *
  * Both: process exit at sched_process_exit, before exit_files().  Syncs a
  * writer asks for itself (fsync, fdatasync, sync_file_range) at fentry on
- * vfs_fsync_range and sync_file_range, or at their sys_enter tracepoints.
+ * their syscall wrappers, or at their sys_enter tracepoints.
  *
  * Covered (strace on Debian 12: dd and tar use write; cp uses read/write
  * across filesystems and copy_file_range within one): write, writev,
@@ -410,21 +410,38 @@ int BPF_PROG(wb_filp_close, struct file *file)
 	return 0;
 }
 
-/* Syncs a writer asks for: fsync and fdatasync (and io_uring's fsync, and
- * the kernel's own for O_SYNC and RWF_DSYNC writes, never streams) reach
- * vfs_fsync_range; sync_file_range(2) its namesake, where the kernel does
- * not inline it.  The agent's own sync_file_range calls pass a struct file
- * of its own, which has no stream. */
-SEC("fentry/vfs_fsync_range")
-int BPF_PROG(wb_vfs_fsync_range, struct file *file)
+/* Syncs a writer asks for, at their syscalls: fsync, fdatasync and
+ * sync_file_range(2).  Not at vfs_fsync_range() and sync_file_range(), the
+ * functions they call: on Debian's 5.10 and 7.2 the fentry program on
+ * vfs_fsync_range() attached and fio's fdatasync writer was streamed all
+ * the same (vmtest), the call presumably inlined into vfs_fsync() in
+ * fs/sync.c (the sync_file_range() hook did fire).  A syscall's wrapper is
+ * reached from the syscall table, never inlined.  io_uring's fsync is not
+ * seen.
+ * The agent's own calls pass a struct file of its own, which has no
+ * stream. */
+static __always_inline void synced_fd(struct pt_regs *regs)
 {
-	stream_synced(file);
+	stream_synced(current_fd_file(BPF_CORE_READ(regs, di)));
+}
+
+SEC("fentry/__x64_sys_fsync")
+int BPF_PROG(wb_sys_fsync, struct pt_regs *regs)
+{
+	synced_fd(regs);
 	return 0;
 }
 
-SEC("fentry/sync_file_range")
-int BPF_PROG(wb_sync_file_range, struct file *file)
+SEC("fentry/__x64_sys_fdatasync")
+int BPF_PROG(wb_sys_fdatasync, struct pt_regs *regs)
 {
-	stream_synced(file);
+	synced_fd(regs);
+	return 0;
+}
+
+SEC("fentry/__x64_sys_sync_file_range")
+int BPF_PROG(wb_sys_sync_file_range, struct pt_regs *regs)
+{
+	synced_fd(regs);
 	return 0;
 }

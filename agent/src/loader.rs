@@ -61,8 +61,11 @@ const FENTRY_CLOSES: &[(&str, &str)] = &[("wb_filp_flush", "filp_flush"), ("wb_f
 /// hooking any syscall tracepoint sends every syscall of every task down
 /// the traced path (+64 to +87 ns each, docs/measurements.md), which the fentry backend
 /// otherwise avoids.
-const FENTRY_SYNCS: &[(&str, &str)] =
-    &[("wb_vfs_fsync_range", "vfs_fsync_range"), ("wb_sync_file_range", "sync_file_range")];
+const FENTRY_SYNCS: &[(&str, &str)] = &[
+    ("wb_sys_fsync", "__x64_sys_fsync"),
+    ("wb_sys_fdatasync", "__x64_sys_fdatasync"),
+    ("wb_sys_sync_file_range", "__x64_sys_sync_file_range"),
+];
 
 /// Which hooks feed the stream logic (bpf/writebehind.bpf.c).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
