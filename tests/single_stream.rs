@@ -139,7 +139,7 @@ fn self_syncing_writers(dir: &str, daemon: Daemon) -> Result<(Vec<&'static str>,
     let mut inos = Vec::new();
     for (name, sync) in [("fdatasync", "--fdatasync=2"), ("sync_file_range", "--sync_file_range=write:2")] {
         sh(&format!(
-            "fio --name={name} --filename={dir}/{name} --rw=write --bs=1M --size=128M \
+            "fio --name={name} --filename={dir}/{name} --rw=write --bs=1M --size=64M \
              --ioengine=psync {sync} --fallocate=none --output=/dev/null"
         ))?;
         inos.push((name, std::fs::metadata(format!("{dir}/{name}"))?.ino()));
