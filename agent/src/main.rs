@@ -277,13 +277,16 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
     let mut loaded = Loaded::load_and_attach(cfg, args.backend)?;
     let events = loaded.take_events()?;
     let (config, devices, cgroup_map) = loaded.take_tuning()?;
+    // Bound before "attached" is logged: whoever waits for that line (the
+    // tests, the bench) may connect at once.  The other way round, the
+    // bench's smoke run once found no socket there.
+    let (server, listener) = control::Server::bind(&args.control)?;
     tracing::info!(
         window = ?root.window, burst = root.burst.0, pacing = root.pacing, backend = %loaded.backend,
         policies = %set.sources.join(", "), "attached; watching for streaming writers"
     );
     let mut cgroups = CgroupPolicies::new(set, config, cgroup_map);
 
-    let (server, listener) = control::Server::bind(&args.control)?;
     let metrics_listener = match args.metrics_listen {
         None => None,
         Some(addr) => {
