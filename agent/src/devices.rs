@@ -214,9 +214,9 @@ impl Devices {
         }
     }
 
-    /// A device an event was noted for.
-    pub fn device(&self, bdi: &str) -> Arc<DeviceShared> {
-        self.devs.get(bdi).expect("devices are noted before they are used").shared.clone()
+    /// A device an event was noted for, unless forgotten since (idle).
+    pub fn device(&self, bdi: &str) -> Option<Arc<DeviceShared>> {
+        self.devs.get(bdi).map(|d| d.shared.clone())
     }
 
     /// The device's bandwidth estimate (0 for a device never seen).

@@ -502,9 +502,13 @@ impl StreamTable {
         self.devices.set_policy(policy);
     }
 
+    /// A batch for a device an event named lately.  One forgotten since
+    /// (idle for DEVICE_IDLE, longer than anything waits here) gets
+    /// nothing: its files are left to the kernel.
     fn submit(&mut self, bdi: &str, batch: Batch) {
-        let dev = self.devices.device(bdi);
-        self.flushers.submit(bdi, &dev, batch);
+        if let Some(dev) = self.devices.device(bdi) {
+            self.flushers.submit(bdi, &dev, batch);
+        }
     }
 
     /// Ends streams whose close the agent did not see: the writer exited,
