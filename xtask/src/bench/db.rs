@@ -101,11 +101,7 @@ fn during_copy(ctx: &Ctx, mode: Mode, cluster: &Cluster) -> Result<Metrics> {
         Ok(log_files(&cluster.sock.0)?.iter().any(|f| f.metadata().is_ok_and(|m| m.len() > 0)))
     })?;
 
-    let dst = ctx.clean("copy")?;
-    let (src, dst_s) = (ctx.copy_src.display().to_string(), dst.display().to_string());
-    let mut cp = Command::new("cp");
-    cp.args(["-r", &src, &dst_s]);
-    let cmd = ctx.writer(mode, &["copy-tree", &src, &dst_s], cp);
+    let cmd = ctx.copy_command(mode)?;
     let sampler = Sampler::start(&ctx.fs.bdi()?)?;
     let (t0, t) = (epoch_secs(), Instant::now());
     scenarios::wait(scenarios::spawn(cmd)?, "copy")?;

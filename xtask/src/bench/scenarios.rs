@@ -52,7 +52,7 @@ impl Ctx<'_> {
     }
 
     /// The bench's own writer for in-application modes, else the real program.
-    pub(super) fn writer(&self, mode: Mode, args: &[&str], real: Command) -> Command {
+    fn writer(&self, mode: Mode, args: &[&str], real: Command) -> Command {
         match mode.flavor() {
             Some(f) => {
                 let mut c = Command::new(&self.xtask);
@@ -61,6 +61,16 @@ impl Ctx<'_> {
             }
             None => real,
         }
+    }
+
+    /// The big copy into a fresh `copy` on the device: `cp -r`, or the
+    /// bench's own writer in in-application modes.
+    pub(super) fn copy_command(&self, mode: Mode) -> Result<Command> {
+        let dst = self.clean("copy")?;
+        let (src, dst) = (self.copy_src.display().to_string(), dst.display().to_string());
+        let mut cp = Command::new("cp");
+        cp.args(["-r", &src, &dst]);
+        Ok(self.writer(mode, &["copy-tree", &src, &dst], cp))
     }
 
     pub fn clean(&self, name: &str) -> Result<PathBuf> {
@@ -97,11 +107,7 @@ pub fn timed_sync() -> Result<f64> {
 
 /// `cp -r` of many files of random size, with latency probes on the device.
 pub fn copy(ctx: &Ctx, mode: Mode) -> Result<(Metrics, Vec<Sample>)> {
-    let dst = ctx.clean("copy")?;
-    let (src, dst_s) = (ctx.copy_src.display().to_string(), dst.display().to_string());
-    let mut cp = Command::new("cp");
-    cp.args(["-r", &src, &dst_s]);
-    let cmd = ctx.writer(mode, &["copy-tree", &src, &dst_s], cp);
+    let cmd = ctx.copy_command(mode)?;
     let before = ctx.fs.device.bytes_written()?;
     let probes = Probes::start(ctx.fs.path("probe-fsync"), ctx.fs.path("probe-read"))?;
     let sampler = Sampler::start(&ctx.bdi())?;
