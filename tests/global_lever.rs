@@ -176,6 +176,14 @@ fn fio_writer(file: &std::path::Path, mib: u64) -> Result<(f64, f64)> {
 /// a writer to another device keeps going with no write() over a second,
 /// and the backlog drains.
 ///
+/// The copy is paused from the moment its backlog is there until the
+/// daemon runs, and goes on until the backlog has drained: it is the
+/// daemon's restart in the middle of a copy.  Left running, it wrote its
+/// last byte before the daemon started on a CI run (pv at 1 GiB/s, nothing
+/// throttles it below the freerun ceiling): the daemon then had no writer
+/// to pace, the backlog was the kernel's, below its background limit, and
+/// 312 MiB were still dirty 43 s later.
+///
 /// Measured here (1 GiB and its fsync to an uncapped loop device, the
 /// backlog 1280 MiB at 100 MiB/s): 657-881 MiB/s without the daemon; while
 /// the backlog drains 224 MiB/s, longest write 31 ms, with the limit
@@ -190,12 +198,14 @@ fn a_backlog_at_start_drains_without_stalling_other_devices() -> Result<()> {
     require_root();
     let bw = 100 * MIB;
     let backlog = scaled(1280) * MIB;
-    let slow = Mounted::new(LoopDevice::throttled(3072, bw)?, "ext4")?;
+    // Room for the backlog and what the copy writes while it drains, at
+    // about half the device's speed (pacing::global): 2.5 GiB at full size.
+    let slow = Mounted::new(LoopDevice::throttled(4096, bw)?, "ext4")?;
     let fast = Mounted::new(LoopDevice::new(4096)?, "ext4")?;
     let bdi = slow.bdi()?;
     let mut copy = Background::sh(&format!(
         "head -c {}M /dev/zero | pv -qL 1g > {}",
-        backlog / MIB + scaled(512),
+        backlog / MIB + scaled(2048),
         slow.path("copy").display()
     ))?;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -203,9 +213,11 @@ fn a_backlog_at_start_drains_without_stalling_other_devices() -> Result<()> {
         anyhow::ensure!(Instant::now() < deadline, "the copy did not pile up {} MiB", backlog / MIB);
         std::thread::sleep(Duration::from_millis(100));
     }
+    copy.signal(libc::SIGSTOP);
     let other = scaled(1024);
     let (alone, _) = fio_writer(&fast.path("alone"), other)?;
     let daemon = Daemon::start_with_args(GLOBAL)?;
+    copy.signal(libc::SIGCONT);
     let watch = LimitWatch::start();
     let (draining, max_ms) = fio_writer(&fast.path("draining"), other)?;
     let drained = Instant::now() + Duration::from_secs(backlog / bw + 30);
@@ -219,7 +231,7 @@ fn a_backlog_at_start_drains_without_stalling_other_devices() -> Result<()> {
         std::thread::sleep(Duration::from_millis(200));
     }
     let (lowest, samples) = watch.finish();
-    copy.0.kill()?;
+    copy.signal(libc::SIGKILL);
     copy.wait()?;
     std::fs::remove_file(slow.path("copy"))?;
     // The slow device paced at its budget by a steady stream.

@@ -28,6 +28,12 @@ impl Background {
     pub fn pid(&self) -> u32 {
         self.0.id()
     }
+
+    /// Sends `sig` to the whole pipeline (SIGSTOP pauses a writer, SIGCONT
+    /// resumes it).
+    pub fn signal(&self, sig: i32) {
+        unsafe { libc::kill(-(self.0.id() as i32), sig) };
+    }
 }
 
 impl Drop for Background {
