@@ -754,6 +754,12 @@ static __always_inline void stream_synced(struct file *file)
 	s = bpf_map_lookup_elem(&streams, &key);
 	if (!s || s->mode == WB_MODE_OFF || s->inode != (__u64)BPF_CORE_READ(file, f_inode))
 		return;
+	/* Only the writer's own sync says it manages its writeback: another
+	 * process sharing the open file (a parent after its child's copy, one
+	 * that received the fd) leaves the writer's stream alone, and the
+	 * policy read below is then the writer's. */
+	if (s->tgid != (__u32)(bpf_get_current_pid_tgid() >> 32))
+		return;
 	cfg = wb_cfg();
 	if (!cfg || !current_policy(cfg)->leave_synced)
 		return;
