@@ -244,16 +244,20 @@ impl Devices {
             self.tick_one(&bdi, a);
         }
         self.pacer.tick();
-        self.forget_idle(Instant::now());
     }
 
-    /// Forgets devices no event named for DEVICE_IDLE, unless paced.
-    fn forget_idle(&mut self, now: Instant) {
+    /// Forgets devices no event named for DEVICE_IDLE, unless paced or
+    /// `in_use` (a flusher thread still holds the record: one stuck in a
+    /// hung device's writeback keeps feeding its bandwidth samples, which a
+    /// new record would not see).
+    pub fn forget_idle(&mut self, now: Instant, in_use: impl Fn(&str) -> bool) {
         let pacer = &self.pacer;
         let idle: Vec<String> = self
             .devs
             .iter()
-            .filter(|(bdi, d)| now - d.last_event >= DEVICE_IDLE && d.budget == 0 && !pacer.is_paced(bdi))
+            .filter(|(bdi, d)| {
+                now - d.last_event >= DEVICE_IDLE && d.budget == 0 && !pacer.is_paced(bdi) && !in_use(bdi)
+            })
             .map(|(bdi, _)| bdi.clone())
             .collect();
         for bdi in idle {
@@ -412,8 +416,14 @@ mod tests {
         // with an event on 0:71 a moment before.
         let later = Instant::now() + DEVICE_IDLE;
         devices.devs.get_mut("0:71").unwrap().last_event = later - Duration::from_secs(1);
-        devices.forget_idle(later);
+        devices.forget_idle(later, |bdi| bdi == "0:72");
         assert!(!devices.knows("0:70") && devices.knows("0:71"));
+        // Nor one whose flusher thread is still there.
+        devices.devs.get_mut("0:71").unwrap().last_event = later - DEVICE_IDLE;
+        devices.forget_idle(later, |bdi| bdi == "0:71");
+        assert!(devices.knows("0:71"));
+        devices.forget_idle(later, |_| false);
+        assert!(!devices.knows("0:71"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -492,9 +492,11 @@ impl StreamTable {
             }
         }
         self.devices.tick(&active, on_battery);
+        self.flushers.retire_idle();
+        let flushers = &self.flushers;
+        self.devices.forget_idle(now, |bdi| flushers.has(bdi));
         let devices = &self.devices;
         self.device_rates.retain(|bdi, _| devices.knows(bdi));
-        self.flushers.retire_idle();
     }
 
     /// The root policy changed (reload).
