@@ -296,7 +296,8 @@ impl Devices {
             // Between two writers (LINGER) the budget stays as it was:
             // nobody needs a new one (and a stick pulled mid-copy is gone).
             let lingering = active.writers == 0 && dev.budget != 0;
-            let dirty_seconds = sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds);
+            let dirty_seconds =
+                self.pacer.dirty_seconds(bdi, sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds));
             let budget = bandwidth::dirty_budget(bw, dirty_seconds, stream_dirty, window, active);
             let moved = (budget as f64 - dev.budget as f64).abs() > BUDGET_SLACK * dev.budget as f64;
             if dev.budget == 0 || (moved && !lingering) {

@@ -135,6 +135,16 @@ impl Pacer {
         }
     }
 
+    /// How many seconds of the device's bandwidth its budget should be, for
+    /// a policy that asks for `dirty_seconds`: the global lever needs more
+    /// on a fast device (global::MIN_DIRTY_SECONDS).
+    pub fn dirty_seconds(&self, bdi: &str, dirty_seconds: f64) -> f64 {
+        match self.lever(bdi) {
+            Some(Lever::Global) => dirty_seconds.max(global::MIN_DIRTY_SECONDS),
+            _ => dirty_seconds,
+        }
+    }
+
     /// Whether the device can be paced at all.
     pub fn available(&self, bdi: &str) -> bool {
         self.lever(bdi).is_some()
