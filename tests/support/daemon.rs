@@ -50,6 +50,11 @@ impl Daemon {
         Self::spawn(Launch { exe: Some(exe), args, ..Launch::default() })
     }
 
+    /// A given binary with a policy file of the given text, if any, and arguments.
+    pub fn start_exe_with(exe: &Path, policy: Option<&str>, args: &[&str]) -> Result<Self> {
+        Self::spawn(Launch { exe: Some(exe), policy, args, ..Launch::default() })
+    }
+
     /// With more command-line arguments.
     pub fn start_with_args(args: &[&str]) -> Result<Self> {
         Self::spawn(Launch { args, ..Launch::default() })

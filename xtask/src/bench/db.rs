@@ -67,7 +67,7 @@ fn one(ctx: &Ctx, bin: &Path, mode: Mode, daemon: &Path, off: bool) -> Result<Me
         false => None,
     };
     let policy = cgroup.as_ref().map(|cg| format!("[[policy]]\ncgroup = \"{}\"\nmode = \"off\"\n", cg.path));
-    let active = modes::activate_with(mode, &ctx.fs.bdi()?, ctx.rate, daemon, policy.as_deref())?;
+    let active = modes::activate_with(mode, &ctx.fs.bdi()?, ctx.rate, daemon, policy.as_deref(), &[])?;
     if let (Some(cg), Some(d)) = (&cgroup, active.daemon()) {
         let applied = format!("cgroup={} ", cg.path);
         wait_until("the daemon applying the database's policy", Duration::from_secs(10), || {

@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: write-behind measured against the alternatives a user
 //! would pick instead, side by side in one run, on a bandwidth-capped device.
 
+mod beside;
 mod check;
 mod cost;
 mod db;
@@ -37,7 +38,10 @@ min–max). Writes results.json and one SVG plot per copy group to --out
              ns per write and per unrelated syscall, agent CPU and RSS for a
              3 GiB cp, tar x of 30,000 files, 1,000 streams, events/s; about
              9 minutes with 3 runs, 23 s of --smoke),
-             db (PostgreSQL's pgbench during the copy; full bench or --only db)
+             db (PostgreSQL's pgbench during the copy; full bench or --only db),
+             beside (a 400 MiB/s disk's writers while the device is paced,
+             at the slowest rate, writebehindd on both pacing levers; full
+             bench or --only beside --rates 30)
   modes:     default, global, strict, linus, dontcache, writebehindd, and
              writebehindd:KEY=VALUE+... (policy keys, e.g. window_seconds=0.25)
   --parts    cost's parts: per-call, copy, tar, flood, streams (default all)
@@ -79,10 +83,10 @@ struct Plan {
 /// it and as Fedora mounts it (compress=zstd:1).
 const FILESYSTEMS: [&str; 4] = ["ext4", "xfs", "btrfs", "btrfs-zstd"];
 
-const SCENARIOS: [&str; 8] = ["copy", "tar", "multi", "overwrite", "tempfile", "overhead", "cost", "db"];
+const SCENARIOS: [&str; 9] = ["copy", "tar", "multi", "overwrite", "tempfile", "overhead", "cost", "db", "beside"];
 /// Left out of --quick and --smoke unless --only names them: a cluster and
 /// pgbench's tables per run and mode are more than a quick look needs.
-const FULL_ONLY: [&str; 1] = ["db"];
+const FULL_ONLY: [&str; 2] = ["db", "beside"];
 
 fn parse(args: &[String]) -> Result<Plan> {
     let full = Sizes {
@@ -214,11 +218,17 @@ fn parse(args: &[String]) -> Result<Plan> {
 }
 
 /// Which scenarios run at a given rate: the slow (USB stick) rate runs only
-/// the copy, which is what that case is about.
+/// the copy, which is what that case is about, and `beside`, which runs
+/// only at the plan's slowest rate (the device paced beside a fast one).
 fn scenarios_at(plan: &Plan, rate: u64) -> Vec<&str> {
     let slow = rate < 100 && plan.rates.iter().any(|&r| r >= 100);
+    let slowest = plan.rates.iter().all(|&r| r >= rate);
     let device = |s: &&str| !matches!(*s, "overhead" | "cost");
-    plan.scenarios.iter().map(String::as_str).filter(device).filter(|s| !slow || *s == "copy").collect()
+    let here = |s: &&str| match *s {
+        "beside" => slowest,
+        other => !slow || other == "copy",
+    };
+    plan.scenarios.iter().map(String::as_str).filter(device).filter(here).collect()
 }
 
 /// A rough duration: every byte at the device rate, plus 30 % for syncs and setup.
@@ -241,6 +251,9 @@ fn estimate_secs(plan: &Plan) -> f64 {
                     (copy_files as f64 * s.copy_max_mib as f64 / 2.0 + 320.0)
                         * (1.0 + daemons as f64 / plan.modes.len() as f64)
                 }
+                // About 25 s a run whatever the rate: two 1 GiB writes and
+                // the bursts on the fast disk, the slow one fed meanwhile.
+                "beside" => 25.0 * rate as f64,
                 _ => 0.0,
             };
             bytes_at += mib / rate as f64;
@@ -368,6 +381,10 @@ fn bench_device(
             db::bench(&ctx, &fs_modes, plan.runs, daemon, &tag, runs)?;
             continue;
         }
+        if scenario == "beside" {
+            beside::bench(&ctx, &fs_modes, plan.runs, daemon, &tag, runs)?;
+            continue;
+        }
         let variants: Vec<Option<u32>> = match scenario {
             "multi" => sizes.multi_writers.iter().map(|&n| Some(n)).collect(),
             _ => vec![None],
@@ -443,10 +460,19 @@ mod tests {
     }
 
     #[test]
-    fn db_runs_in_the_full_bench_and_when_named_only() {
-        assert!(scenarios(&[]).contains(&"db".into()));
-        assert!(!scenarios(&["--quick"]).contains(&"db".into()));
-        assert!(!scenarios(&["--smoke"]).contains(&"db".into()));
-        assert_eq!(scenarios(&["--quick", "--only", "db"]), ["db"]);
+    fn db_and_beside_run_in_the_full_bench_and_when_named_only() {
+        for s in FULL_ONLY {
+            assert!(scenarios(&[]).contains(&s.into()));
+            assert!(!scenarios(&["--quick"]).contains(&s.into()));
+            assert!(!scenarios(&["--smoke"]).contains(&s.into()));
+            assert_eq!(scenarios(&["--quick", "--only", s]), [s]);
+        }
+    }
+
+    #[test]
+    fn beside_runs_at_the_slowest_rate_only() {
+        let plan = parse(&["--only".into(), "copy,beside".into(), "--rates".into(), "100,30".into()]).unwrap();
+        assert_eq!(scenarios_at(&plan, 100), ["copy"]);
+        assert_eq!(scenarios_at(&plan, 30), ["copy", "beside"]);
     }
 }

@@ -120,12 +120,20 @@ fn vm_bytes(name: &str, value: u64) -> Result<Knob> {
 }
 
 pub fn activate(mode: Mode, bdi: &str, rate: u64, daemon_exe: &Path) -> Result<Active> {
-    activate_with(mode, bdi, rate, daemon_exe, None)
+    activate_with(mode, bdi, rate, daemon_exe, None, &[])
 }
 
 /// With `[[policy]]` tables for the daemon after the mode's own keys (the
-/// db scenario's `mode = "off"` for the database's cgroup).
-pub fn activate_with(mode: Mode, bdi: &str, rate: u64, daemon_exe: &Path, tables: Option<&str>) -> Result<Active> {
+/// db scenario's `mode = "off"` for the database's cgroup), and arguments
+/// for it (the beside scenario's `--pacing-lever global`).
+pub fn activate_with(
+    mode: Mode,
+    bdi: &str,
+    rate: u64,
+    daemon_exe: &Path,
+    tables: Option<&str>,
+    args: &[&str],
+) -> Result<Active> {
     let mut knobs = Vec::new();
     let mut daemon = None;
     match mode {
@@ -151,7 +159,7 @@ pub fn activate_with(mode: Mode, bdi: &str, rate: u64, daemon_exe: &Path, tables
                 (keys, Some(t)) => Some(keys.unwrap_or_default() + t),
                 (keys, None) => keys,
             };
-            daemon = Some(Daemon::start_exe(daemon_exe, policy.as_deref())?)
+            daemon = Some(Daemon::start_exe_with(daemon_exe, policy.as_deref(), args)?)
         }
         Mode::Default | Mode::Linus | Mode::DontCache => {}
     }
