@@ -263,7 +263,10 @@ impl Devices {
         for bdi in idle {
             let d = self.devs.remove(&bdi).expect("listed above");
             if let Some(m) = &mut self.map {
-                for sb in &d.sb_devs {
+                // A superblock number another device has taken since (an
+                // anonymous one, freed at an unmount and given to the next
+                // FUSE or btrfs mount) is that device's entry now.
+                for sb in d.sb_devs.iter().filter(|sb| !self.devs.values().any(|o| o.sb_devs.contains(sb))) {
                     let _ = m.remove(sb);
                 }
             }
