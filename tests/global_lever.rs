@@ -6,7 +6,6 @@
 
 use std::{
     path::Path,
-    process::Command,
     time::{Duration, Instant},
 };
 
@@ -148,27 +147,6 @@ fn killed_while_the_global_limit_is_lowered_the_values_come_back() -> Result<()>
     Ok(())
 }
 
-/// fio writing `mib` MiB sequentially to `file` and fsyncing it at the
-/// end: (MiB/s to the disk, by the wall clock, fsync included; the longest
-/// write() in ms).
-fn fio_writer(file: &std::path::Path, mib: u64) -> Result<(f64, f64)> {
-    let t = Instant::now();
-    let out = run(Command::new("fio").args([
-        "--name=other",
-        &format!("--filename={}", file.display()),
-        "--rw=write",
-        "--bs=1M",
-        &format!("--size={mib}M"),
-        "--ioengine=psync",
-        "--end_fsync=1",
-        "--output-format=json",
-    ]))?;
-    let mibs = mib as f64 / t.elapsed().as_secs_f64();
-    let v: serde_json::Value = serde_json::from_str(&out).context("fio's json")?;
-    let max_ms = v["jobs"][0]["write"]["clat_ns"]["max"].as_f64().unwrap_or(0.0) / 1e6;
-    Ok((mibs, max_ms))
-}
-
 /// The daemon starts while a copy has already left over 1 GiB dirty on a
 /// slow device: the limit comes down from the dirty level, not at once to
 /// the budget, below it, which makes every writer of every device sleep
@@ -196,6 +174,9 @@ fn fio_writer(file: &std::path::Path, mib: u64) -> Result<(f64, f64)> {
 #[test]
 fn a_backlog_at_start_drains_without_stalling_other_devices() -> Result<()> {
     require_root();
+    // The device's own dirty count is in debugfs (it was not mounted on a
+    // fresh machine: the test failed reading bdi/<dev>/stats).
+    let _debugfs = device::Debugfs::ensure()?;
     let bw = 100 * MIB;
     let backlog = scaled(1280) * MIB;
     // Room for the backlog and what the copy writes while it drains, at
@@ -215,11 +196,11 @@ fn a_backlog_at_start_drains_without_stalling_other_devices() -> Result<()> {
     }
     copy.signal(libc::SIGSTOP);
     let other = scaled(1024);
-    let (alone, _) = fio_writer(&fast.path("alone"), other)?;
+    let (alone, _) = fio_write_fsync(&fast.path("alone"), other)?;
     let daemon = Daemon::start_with_args(GLOBAL)?;
     copy.signal(libc::SIGCONT);
     let watch = LimitWatch::start();
-    let (draining, max_ms) = fio_writer(&fast.path("draining"), other)?;
+    let (draining, max_ms) = fio_write_fsync(&fast.path("draining"), other)?;
     let drained = Instant::now() + Duration::from_secs(backlog / bw + 30);
     let mut last = u64::MAX;
     while Instant::now() < drained {
@@ -237,7 +218,7 @@ fn a_backlog_at_start_drains_without_stalling_other_devices() -> Result<()> {
     // The slow device paced at its budget by a steady stream.
     let _stream = Background::sh(&format!("head -c 2G /dev/zero | pv -qL 150m > {}", slow.path("stream").display()))?;
     std::thread::sleep(Duration::from_secs(2));
-    let (paced, _) = fio_writer(&fast.path("paced"), other)?;
+    let (paced, _) = fio_write_fsync(&fast.path("paced"), other)?;
     let log = daemon.stop()?;
     println!(
         "  the other device's writer: {alone:.0} MiB/s alone; {draining:.0} MiB/s, longest write {max_ms:.0} ms, \

@@ -20,7 +20,7 @@ pub use cgroup::Cgroup;
 pub use daemon::{Daemon, log_field, stopped_counter};
 pub use device::{BindMount, LoopDevice, Mounted, mountinfo_dev};
 pub use knob::{BdiKnobs, Knob, VmLimits};
-pub use process::{Background, cpu_secs};
+pub use process::{Background, cpu_secs, fio_write_fsync};
 pub use sampler::{Peak, Sample, Sampler};
 
 pub const MIB: u64 = 1 << 20;

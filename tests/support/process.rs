@@ -45,6 +45,27 @@ impl Drop for Background {
     }
 }
 
+/// fio writing `mib` MiB sequentially to `file` in 1 MiB writes and
+/// fsyncing it at the end: (MiB/s by the wall clock, the fsync included;
+/// the longest write() in ms).
+pub fn fio_write_fsync(file: &std::path::Path, mib: u64) -> Result<(f64, f64)> {
+    let t = std::time::Instant::now();
+    let out = super::run(Command::new("fio").args([
+        "--name=writer",
+        &format!("--filename={}", file.display()),
+        "--rw=write",
+        "--bs=1M",
+        &format!("--size={mib}M"),
+        "--ioengine=psync",
+        "--end_fsync=1",
+        "--output-format=json",
+    ]))?;
+    let mibs = mib as f64 / t.elapsed().as_secs_f64();
+    let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| anyhow::anyhow!("fio's json: {e}"))?;
+    let longest = v["jobs"][0]["write"]["clat_ns"]["max"].as_f64().unwrap_or(f64::NAN) / 1e6;
+    Ok((mibs, longest))
+}
+
 /// CPU seconds process `pid` has used so far, all its threads (utime +
 /// stime: /proc/<pid>/stat fields 14 and 15, in clock ticks).
 pub fn cpu_secs(pid: u32) -> Result<f64> {

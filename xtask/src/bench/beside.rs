@@ -13,8 +13,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result};
-use wb_tests::{Background, LoopDevice, MIB, Mounted, Sampler, run, sh};
+use anyhow::Result;
+use wb_tests::{Background, LoopDevice, MIB, Mounted, Sampler, fio_write_fsync, run, sh};
 
 use super::{
     modes::{self, Mode},
@@ -80,27 +80,14 @@ fn one(ctx: &Ctx, fast: &Mounted) -> Result<Metrics> {
     ])
 }
 
-/// fio: WRITE_MIB sequentially, 1 MiB writes, fsync at the end: MiB/s by
-/// the wall clock (the fsync included) and the longest write() in ms.
+/// A WRITE_MIB write and its fsync (fio): MiB/s and the longest write()
+/// in ms; the file is removed after it.
 fn write_and_fsync(fast: &Mounted) -> Result<(f64, f64)> {
     let file = fast.path("write");
-    let t = Instant::now();
-    let out = run(Command::new("fio").args([
-        "--name=beside",
-        &format!("--filename={}", file.display()),
-        "--rw=write",
-        "--bs=1M",
-        &format!("--size={WRITE_MIB}M"),
-        "--ioengine=psync",
-        "--end_fsync=1",
-        "--output-format=json",
-    ]))?;
-    let mibs = WRITE_MIB as f64 / t.elapsed().as_secs_f64();
-    let v: serde_json::Value = serde_json::from_str(&out).context("fio's json")?;
-    let longest = v["jobs"][0]["write"]["clat_ns"]["max"].as_f64().unwrap_or(f64::NAN) / 1e6;
+    let measured = fio_write_fsync(&file, WRITE_MIB)?;
     std::fs::remove_file(&file)?;
     sh(&format!("sync -f {}", fast.dir.display()))?;
-    Ok((mibs, longest))
+    Ok(measured)
 }
 
 /// BURSTS files of BURST_MIB, each by its own dd: ms each took.
