@@ -288,7 +288,7 @@ const INT3_OOPS: &str = "Oops: int3";
 /// before the script marking its lines with `marker` ran
 /// (`crashed_booting`), or it oopsed on an int3 of its own code patching.
 /// Any other oops or panic is the test's finding.
-pub fn retry_reason(log: &[String], marker: &str) -> Option<&'static str> {
+fn retry_reason(log: &[String], marker: &str) -> Option<&'static str> {
     if crashed_booting(log, marker) {
         Some("the kernel panicked while booting, before the test ran")
     } else if log.iter().any(|l| l.contains(INT3_OOPS)) {
