@@ -5,7 +5,7 @@ use std::{
     process::{Child, Command, ExitStatus, Stdio},
 };
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 /// A command (often a shell pipeline) in a process group of its own, so that
 /// dropping it kills the whole pipeline, also when the test fails.
@@ -61,7 +61,7 @@ pub fn fio_write_fsync(file: &std::path::Path, mib: u64) -> Result<(f64, f64)> {
         "--output-format=json",
     ]))?;
     let mibs = mib as f64 / t.elapsed().as_secs_f64();
-    let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| anyhow::anyhow!("fio's json: {e}"))?;
+    let v: serde_json::Value = serde_json::from_str(&out).context("fio's json")?;
     let longest = v["jobs"][0]["write"]["clat_ns"]["max"].as_f64().unwrap_or(f64::NAN) / 1e6;
     Ok((mibs, longest))
 }
