@@ -117,3 +117,29 @@ pub fn v2_root() -> Result<PathBuf> {
         })
         .context("no cgroup v2 hierarchy mounted")
 }
+
+/// A process held in a cgroup of a v1 controller ("pids", "cpu") with one
+/// limit set (pids.max, cpu.cfs_quota_us); moved back to the controller's
+/// root and the cgroup removed when dropped.
+pub struct V1Limit(PathBuf);
+
+impl V1Limit {
+    pub fn new(controller: &str, pid: u32, file: &str, value: &str) -> Result<Self> {
+        let dir = PathBuf::from(format!("/sys/fs/cgroup/{controller}/wb-test-{}-{controller}", std::process::id()));
+        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let limit = Self(dir);
+        std::fs::write(limit.0.join("cgroup.procs"), pid.to_string())?;
+        std::fs::write(limit.0.join(file), value).with_context(|| format!("setting {file} to {value}"))?;
+        Ok(limit)
+    }
+}
+
+impl Drop for V1Limit {
+    fn drop(&mut self) {
+        let root = self.0.parent().expect("below a controller's root").join("cgroup.procs");
+        for pid in std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default().lines() {
+            let _ = std::fs::write(&root, pid);
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}

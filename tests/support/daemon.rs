@@ -65,6 +65,12 @@ impl Daemon {
         Self::spawn(Launch { policy: Some(policy), ..Launch::default() })
     }
 
+    /// With a policy file and more environment (NOTIFY_SOCKET, to hear its
+    /// watchdog pings).
+    pub fn start_with_env(policy: &str, env: &[(&str, &str)]) -> Result<Self> {
+        Self::spawn(Launch { policy: Some(policy), env, ..Launch::default() })
+    }
+
     /// With a policy, arguments and environment, logging every event it
     /// receives.
     pub fn start_traced(policy: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Self> {

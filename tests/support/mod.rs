@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-pub use cgroup::Cgroup;
+pub use cgroup::{Cgroup, V1Limit};
 pub use daemon::{Daemon, log_field, stopped_counter};
 pub use device::{BindMount, LoopDevice, Mounted, mountinfo_dev};
 pub use knob::{BdiKnobs, Knob, VmLimits};
