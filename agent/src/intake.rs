@@ -49,7 +49,7 @@ pub async fn run(
         tokio::select! {
             guard = events.readable_mut() => {
                 let mut guard = guard?;
-                behind = drain(guard.get_inner_mut(), table);
+                behind = drain(guard.get_inner_mut(), table, SLICE_TIME);
                 if !behind {
                     guard.clear_ready();
                 }
@@ -57,7 +57,7 @@ pub async fn run(
             _ = batch_tick.tick() => {
                 // Closes that never crossed a window do not wake the
                 // agent (see wakeup() in stream.bpf.h): they are read here.
-                drain(events.get_mut(), table);
+                drain(events.get_mut(), table, SLICE_TIME);
                 table.tick(cgroups.on_battery());
             }
             Some(_) = ctl.commands.recv() => apply_reload(table, cgroups, &reload),
@@ -66,8 +66,11 @@ pub async fn run(
                 cgroups.refresh();
                 ctl.publish(loaded, table, cgroups);
                 crate::sys::notify("WATCHDOG=1");
-                // A close still in the ring is not a close unseen.
-                drain(events.get_mut(), table);
+                // A close still in the ring is not a close unseen.  (An
+                // agent short of CPU behind a flood may leave one there
+                // after this slice: that stream ends as closed unseen and
+                // its tail is left to the kernel.)
+                drain(events.get_mut(), table, SLICE_TIME);
                 table.reap();
                 let drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS);
                 if drops > drops_seen {
@@ -79,7 +82,7 @@ pub async fn run(
                 // What was emitted before the signal is still acted on (a
                 // flood's endless supply is not).
                 for _ in 0..SHUTDOWN_SLICES {
-                    if !drain(events.get_mut(), table) {
+                    if !drain(events.get_mut(), table, Duration::MAX) {
                         break;
                     }
                 }
@@ -151,23 +154,23 @@ impl Control {
 /// itself bounds the backlog: 1 MiB, of which closes may fill half before
 /// BPF sheds them, about 3,000 events, so a span waits behind at most that.
 const SLICE: usize = 4096;
-/// And a slice ends after this long.  An agent short of CPU (a CPUQuota=,
-/// a loaded machine) took up to 2.6 s for 4,096 events when held to 5 % of
-/// a CPU under a flood (hardening's flood test), and the watchdog's ping
-/// and `wbctl` waited for it; a slice ended by time keeps their wait near
-/// the tick's second.
+/// And a slice ends once this long has passed, looked at every CLOCK_EVERY
+/// events.  An agent short of CPU (a CPUQuota=, a loaded machine) took up
+/// to 2.6 s for 4,096 events when held to 5 % of a CPU under a flood
+/// (hardening's flood test: the debug build), and the watchdog's ping and
+/// `wbctl` waited for it; ended by time, a slice keeps their wait near the
+/// tick's second.
 const SLICE_TIME: Duration = Duration::from_millis(20);
-/// Events handled between two looks at the clock.
 const CLOCK_EVERY: usize = 256;
-/// At most this many slices when stopping.
+/// At most this many slices when stopping, each of up to SLICE events.
 const SHUTDOWN_SLICES: usize = 16;
 
-/// Handles up to SLICE events, for up to SLICE_TIME; true if the ring
+/// Handles up to SLICE events, until `time` has passed; true if the ring
 /// still holds more.
-fn drain(ring: &mut RingBuf<MapData>, table: &mut StreamTable) -> bool {
+fn drain(ring: &mut RingBuf<MapData>, table: &mut StreamTable, time: Duration) -> bool {
     let started = Instant::now();
     for n in 1..=SLICE {
-        if n % CLOCK_EVERY == 0 && started.elapsed() >= SLICE_TIME {
+        if n % CLOCK_EVERY == 0 && started.elapsed() >= time {
             return true;
         }
         let Some(item) = ring.next() else { return false };
