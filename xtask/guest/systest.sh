@@ -156,7 +156,7 @@ fi
 
 # The second boot: the service was enabled, so it started by itself.
 workload_fs
-measure workload-disk-direct-io "$(cat /sys/block/"${loop#/dev/}"/loop/dio)"
+check "workload-disk-direct-io" [ "$(cat /sys/block/"${loop#/dev/}"/loop/dio)" = 1 ]
 check "started-at-boot" [ "$(prop ActiveState)/$(prop SubState)/$(prop UnitFileState)" = active/running/enabled ]
 [ "$(prop MainPID)" = 0 ] && not_running
 start=$(prop ExecMainStartTimestampMonotonic)
