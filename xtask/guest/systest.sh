@@ -82,12 +82,11 @@ knobs_are() {
 }
 # The workload's filesystem: a loop device, as the host tests use, made
 # before the install so that its knobs' values before install are known
-# (and attached again after the reboot).
-# The workload disk: a loop device with direct I/O, so that what it writes
-# goes to the root disk instead of dirtying the root filesystem's cache a
-# second time, where it would count against the global dirty limit as the
-# workload's own dirty pages do (a real second disk has no such twin; a
-# candidate for one beside-check run on 6.1 at 65 %, session 16).
+# (and attached again after the reboot).  With direct I/O, so that what it
+# writes goes to the root disk instead of dirtying the root filesystem's
+# cache a second time, where it would count against the global dirty limit
+# as the workload's own dirty pages do (a real second disk has no such
+# twin; session 17).
 workload_fs() {
     loop=$(losetup -f --show --direct-io=on /var/tmp/wb.img)
     mkdir -p /mnt/wb
