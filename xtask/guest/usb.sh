@@ -121,6 +121,7 @@ usb_run() {
     local dev=/dev/$disk bdi peak_file=/run/usb-peak t0 t1 t2 t3 sampler rc name
     bdi=$(basename "$(readlink /sys/block/$disk/bdi)")
     if [ "$mode" = default ]; then systemctl stop writebehindd; else systemctl start writebehindd; fi
+    [ "$mode" = daemon ] && burst_mib=$(wbctl policy | sed -n 's/^ *burst = "\([0-9]*\)MiB"$/\1/p')
     usb_mkfs "$fs" "$dev"
     usb_mount "$fs" "$dev"
     mkdir -p $STICK/dst && chown carol $STICK/dst
@@ -179,9 +180,17 @@ usb_run() {
     local stick guest
     read -r stick guest <$peak_file
     local peak_mib=$(((stick > 0 ? stick : guest) / 1024)) guest_mib=$((guest / 1024)) bound=$((2 * bps / MIB))
+    # A writer's first data is its own until it passes the policy's burst
+    # allowance (16 MiB): only then is it a stream, and the device paced.
+    # Where the allowance is more than a second of the stick's bandwidth (10
+    # MiB/s), the bound is the allowance and a second: the allowance, a
+    # window and the agent's reaction to the first event read 17-20 MiB on
+    # 6.12 and 7.2 and 22 in CI (session 17), against 2 s = 20.
+    local allowance=${burst_mib:-0}
+    ((allowance * MIB > bps && allowance + bps / MIB > bound)) && bound=$((allowance + bps / MIB))
     name="usb-$fs-$tool-$((bps / MIB))MiBps"
     [ -n "$after" ] && echo "systest:   counters: $after"
-    measure "$name-$mode" "peak ${peak_mib} MiB (2 s = $bound MiB; the whole guest ${guest_mib}), copy $(secs "$t0" "$t1") s, sync $(secs "$t1" "$synced") s, umount $(secs "$t2" "$t3") s, closed files flushed $closed, lever $lever"
+    measure "$name-$mode" "peak ${peak_mib} MiB (bound $bound MiB; the whole guest ${guest_mib}), copy $(secs "$t0" "$t1") s, sync $(secs "$t1" "$synced") s, umount $(secs "$t2" "$t3") s, closed files flushed $closed, lever $lever"
     check "$name-$mode-exit-0" [ "$rc" = 0 ]
     check "$name-$mode-identical" [ $same = 1 ]
     # The daemon must not keep the stick busy; where umount fails with the
