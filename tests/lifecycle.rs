@@ -4,7 +4,7 @@
 
 use std::{process::Command, time::Duration};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use wb_tests::*;
 
 /// Names of loaded BPF programs (bpftool prog list), to look for ours.
@@ -223,6 +223,22 @@ fn works_within_the_units_bounding_set() -> Result<()> {
     let caps = unit_caps(&unit()?);
     let log = bounded(&caps, &[], POLICY)?.map_err(anyhow::Error::msg)?;
     assert!(all_done(&log), "within {caps:?}:\n{log}");
+    Ok(())
+}
+
+/// The unit bounds the daemon's descriptors (LimitNOFILE=; systemd's own
+/// hard limit would be 524288) to what its stream cap needs (#25, class 4):
+/// under that limit the daemon starts without saying it is short.
+#[test]
+fn the_units_descriptor_limit_fits_the_stream_cap() -> Result<()> {
+    require_root();
+    let unit = unit()?;
+    let limit: u64 = unit_values(&unit, "LimitNOFILE").first().context("the unit sets LimitNOFILE")?.parse()?;
+    assert!(limit <= 65536, "LimitNOFILE={limit}: not a bound");
+    let nofile = format!("--nofile={limit}:{limit}");
+    let d = Daemon::start_wrapped(&["prlimit", &nofile, "--"], Some(POLICY))?;
+    let log = d.stop()?;
+    assert!(!log.contains("RLIMIT_NOFILE is low"), "under the unit's LimitNOFILE={limit}:\n{log}");
     Ok(())
 }
 

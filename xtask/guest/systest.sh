@@ -14,8 +14,9 @@ S=/run/systest
 # shellcheck source=/dev/null
 # WATCH: seconds the service must run without a restart; USB: quick|full;
 # USB_DEFAULT_ON: the kernel line (or all) that copies with the kernel
-# default too; ONLY_USB: 1 skips the second boot's other checks; STICK_BPS:
-# the sticks' write throttle.
+# default too; ONLY: usb or db runs only that part of the second boot; DB:
+# 1 runs the database beside a copy (db.sh); STICK_BPS: the sticks' write
+# throttle.
 . $S/config
 MAX_EXPOSURE=2.0
 failed=0
@@ -43,6 +44,15 @@ wait_for() {
     until "$@"; do
         (($(date +%s) >= end)) && return 1
         sleep 0.2
+    done
+}
+# Seconds from `date +%s%N` $1 to $2.
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'; }
+# The USB disks the guest sees now (sda, sdb...).
+usb_disks() {
+    local d
+    for d in /sys/block/sd*; do
+        [ -e "$d" ] && case $(readlink -f "$d") in */usb*) echo "${d##*/}" ;; esac
     done
 }
 logged() { log | grep -q -- "$1"; }
@@ -142,6 +152,10 @@ ready=$(prop ActiveEnterTimestampMonotonic)
 measure start-to-ready "$(((ready - start) / 1000)) ms (exec to READY=1; enable --now took $(((t1 - t0) / 1000)) ms)"
 check "ready-reached" [ "$ready" -gt "$start" ]
 check "fentry-backend" logged "backend=fentry"
+# The unit bounds the daemon's descriptors (LimitNOFILE=, #25 class 4) to
+# what its stream cap needs: no more, and not less (the daemon would warn).
+check "descriptors-bounded-by-the-unit" [ "$(prop LimitNOFILE)" -le 65536 ]
+check "descriptors-enough-for-every-stream" eval '! logged "RLIMIT_NOFILE is low"'
 [ "$(prop MainPID)" = 0 ] && not_running
 touch $STATE/installed
 if ((failed)); then
@@ -163,9 +177,9 @@ ready=$(prop ActiveEnterTimestampMonotonic)
 measure boot-to-ready "$((ready / 1000)) ms from the kernel's start (exec to READY=1 $(((ready - start) / 1000)) ms; multi-user.target at $(($(systemctl show -p ActiveEnterTimestampMonotonic --value multi-user.target) / 1000)) ms)"
 check "fentry-backend-at-boot" logged "backend=fentry"
 pid=$(prop MainPID)
-if ((ONLY_USB)); then
-    # shellcheck source=usb.sh
-    . $S/usb.sh
+if [ -n "$ONLY" ]; then
+    # shellcheck source=/dev/null
+    . "$S/$ONLY.sh"
     umount /mnt/wb
     losetup -d "$loop"
     exit $failed
@@ -331,6 +345,8 @@ rm -rf /etc/systemd/system/writebehindd.service.d
 systemctl daemon-reload
 systemctl restart writebehindd
 
+# shellcheck source=db.sh
+((DB)) && . $S/db.sh
 # shellcheck source=usb.sh
 . $S/usb.sh
 

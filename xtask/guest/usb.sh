@@ -38,14 +38,6 @@ else
 fi
 usb_ask() { echo "systest: QEMU $*"; }
 
-# The USB disks the guest sees now (sda, sdb...).
-usb_disks() {
-    local d
-    for d in /sys/block/sd*; do
-        [ -e "$d" ] && case $(readlink -f "$d") in */usb*) echo "${d##*/}" ;; esac
-    done
-}
-
 # The photo folder and the big file, world-readable, made once.
 usb_sources() {
     [ -d $SRC ] && return
@@ -101,7 +93,6 @@ usb_sampler() {
         sleep 0.1
     done
 }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'; }
 # The daemon's counters line from `wbctl status` ("name=value ...").
 counters() { wbctl status 2>/dev/null | sed -n 's/^counters: //p'; }
 # counter <name> <counters line>: its value, 0 if absent.

@@ -71,6 +71,10 @@ const PACKAGES: &[&str] = &[
     "rsync",
     "libglib2.0-bin",
 ];
+/// The full systest's database (db.sh): Debian's postgresql, with pgbench.
+/// Its own image (`<suite>+db-`), so that the quick run's, which CI builds
+/// on every run, stays as small and as quick to make as it was.
+const DB_PACKAGES: &[&str] = &["postgresql"];
 /// initramfs-tools' default (MODULES=most) makes 35 MiB initrds; the guest
 /// needs only its root disk's drivers (6 MiB each, and faster to unpack
 /// under TCG).
@@ -137,16 +141,19 @@ pub fn target_dir() -> Result<PathBuf> {
 const KERNEL_DEBS: &str = "/var/cache/wb-kernels";
 
 /// `root`'s cached image, built first if nothing that goes into it is
-/// cached (its kernels' newest packages are fetched first).
-pub fn image(root: &Root) -> Result<Image> {
+/// cached (its kernels' newest packages are fetched first); `db`: with
+/// PostgreSQL (DB_PACKAGES).
+pub fn image(root: &Root, db: bool) -> Result<Image> {
     let suite = root.suite;
     let sources = root.sources;
     let debs = kernels::newest_of_each(&kernels::fetch(root.kernels)?)?;
     let names: Vec<String> = debs.iter().map(|d| d.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    let packages: Vec<&str> = PACKAGES.iter().chain(if db { DB_PACKAGES } else { &[] }).copied().collect();
     let recipe = format!(
-        "{suite}\n{sources:?}\n{PACKAGES:?}\n{names:?}\n{INITRAMFS_HOOK}\n{MASKED:?}\n{TEST_TARGET}{TEST_SERVICE}{FSTAB}"
+        "{suite}\n{sources:?}\n{packages:?}\n{names:?}\n{INITRAMFS_HOOK}\n{MASKED:?}\n{TEST_TARGET}{TEST_SERVICE}{FSTAB}"
     );
-    let dir = target_dir()?.join("guest").join(format!("{suite}-{:016x}", fnv(&recipe)));
+    let variant = if db { format!("{suite}+db") } else { suite.to_owned() };
+    let dir = target_dir()?.join("guest").join(format!("{variant}-{:016x}", fnv(&recipe)));
     let image = Image { disk: dir.join("root.img"), dir: dir.clone() };
     if dir.join("ok").exists() {
         return Ok(image);
@@ -157,7 +164,7 @@ pub fn image(root: &Root) -> Result<Image> {
     let _ = fs::remove_dir_all(&build);
     let root = build.join("root");
     fs::create_dir_all(&build)?;
-    println!("guest: building the Debian {suite} root with mmdebstrap (cached in {})", dir.display());
+    println!("guest: building the Debian {variant} root with mmdebstrap (cached in {})", dir.display());
     // The kernels from their files, with what they need from the suite
     // (apt inside the chroot; mmdebstrap's own --include of a file wants it
     // at the same path inside and out).
@@ -166,7 +173,7 @@ pub fn image(root: &Root) -> Result<Image> {
     let mmdebstrap = || {
         run(Command::new("mmdebstrap")
             .args(["--mode=root", "--variant=minbase", "--aptopt=APT::Install-Recommends \"false\""])
-            .arg(format!("--include={}", PACKAGES.join(",")))
+            .arg(format!("--include={}", packages.join(",")))
             .arg(format!("--essential-hook={INITRAMFS_HOOK}"))
             .arg(format!("--customize-hook=mkdir -p \"$1{KERNEL_DEBS}\""))
             .arg(format!("--customize-hook={copy_in}"))
@@ -211,10 +218,10 @@ pub fn image(root: &Root) -> Result<Image> {
     let _ = fs::remove_dir_all(&dir);
     fs::rename(&build, &dir)?;
     // This suite's images of other recipes are stale (about 800 MiB each
-    // on disk).
+    // on disk); the other variant's (with or without the database) is not.
     for old in fs::read_dir(dir.parent().unwrap())? {
         let old = old?.path();
-        let same_suite = old.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{suite}-")));
+        let same_suite = old.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{variant}-")));
         if old != dir && same_suite && old.join("root.img").exists() {
             fs::remove_dir_all(&old)?;
         }

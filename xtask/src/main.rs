@@ -33,7 +33,7 @@ commands:
                      fentry backend and on the tracepoint backend, the differential test on the
                      oldest and the newest (--quick, which `test` runs: fewer tests, most on
                      fentry only; --only: these test binaries; --backend: this one only)
-  systest [--quick] [--kernel V[,V...]] [--deb FILE|--no-deb] [--only usb] [--images]
+  systest [--quick] [--kernel V[,V...]] [--deb FILE|--no-deb] [--only usb|db] [--images]
                      the service under systemd (PID 1) on each stock kernel under qemu, 5.10 and
                      6.1 in a Debian 12 guest, 6.12 and 7.2 in a Debian 13 one, built with
                      mmdebstrap (cached in target/guest; --images: only build them):
@@ -41,7 +41,8 @@ commands:
                      copied), enable --now, READY, fentry, no watchdog restart, journal,
                      kill -9, security exposure, purge; USB sticks (vfat, exFAT, ntfs3 on a
                      throttled usb-storage device: cp, cp -r, rsync, gio against the kernel
-                     default, surprise removal, hotplug)
+                     default, surprise removal, hotplug); without --quick, PostgreSQL's
+                     pgbench on the stick beside a copy (its own image, with postgresql)
   install [--root DIR]    build (release) and install the daemon, wbctl, the systemd unit,
                           completions and docs under DIR (default /); then
                           systemctl enable --now writebehindd

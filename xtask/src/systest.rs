@@ -17,7 +17,11 @@
 //! usb-storage device, copied with cp, cp -r, rsync and gio, with the kernel
 //! default and with the daemon; surprise removal; a stick plugged in while
 //! the daemon runs; a writer to another disk while the stick is paced.
-//! `--only usb` skips the second boot's other checks.  The quick run copies
+//! In the full run, a real PostgreSQL (xtask/guest/db.sh) runs pgbench on
+//! the stick beside a copy, with the kernel default, the root policy and
+//! `mode = "off"` for the database; its image is the root with Debian's
+//! postgresql (built only for it).  `--only usb` or `--only db` skips the
+//! second boot's other checks.  The quick run copies
 //! with the kernel default on the newest kernel only (77 s a kernel);
 //! `--default-everywhere` does so on each, for a side-by-side per kernel.
 
@@ -33,6 +37,7 @@ use crate::guest::{self, kernels};
 
 const SCRIPT: &str = include_str!("../guest/systest.sh");
 const USB_SCRIPT: &str = include_str!("../guest/usb.sh");
+const DB_SCRIPT: &str = include_str!("../guest/db.sh");
 /// The sticks: sparse images, big enough for the full run's copies.
 const STICK_SIZE: u64 = 4 << 30;
 /// A USB 2 stick's write bandwidth; the full run also throttles to 10 MiB/s.
@@ -67,19 +72,45 @@ fn newest_deb() -> Result<Option<PathBuf>> {
     Ok(debs.into_iter().max().map(|d| d.1))
 }
 
+/// What runs in the second boot: everything, or one part (--only).
+#[derive(Clone, Copy, PartialEq)]
+enum Only {
+    All,
+    Usb,
+    Db,
+}
+
+impl Only {
+    /// The database beside a copy (db.sh): in the full run and --only db,
+    /// never in the quick one (CI's images stay without PostgreSQL).
+    fn db(self, quick: bool) -> bool {
+        match self {
+            Only::All => !quick,
+            Only::Usb => false,
+            Only::Db => true,
+        }
+    }
+}
+
 /// The second disk's contents: the script, its config, the payload.
-fn share(dir: &Path, payload: &Payload, watch: u64, quick: bool, only_usb: bool, default_on_all: bool) -> Result<()> {
+fn share(dir: &Path, payload: &Payload, watch: u64, quick: bool, only: Only, default_on_all: bool) -> Result<()> {
     let _ = fs::remove_dir_all(dir);
     fs::create_dir_all(dir)?;
     fs::write(dir.join("systest.sh"), SCRIPT)?;
     fs::write(dir.join("usb.sh"), USB_SCRIPT)?;
+    fs::write(dir.join("db.sh"), DB_SCRIPT)?;
     let usb = if quick { "quick" } else { "full" };
+    let part = match only {
+        Only::All => "",
+        Only::Usb => "usb",
+        Only::Db => "db",
+    };
     fs::write(
         dir.join("config"),
         format!(
-            "WATCH={watch}\nUSB={usb}\nUSB_DEFAULT_ON={}\nONLY_USB={}\nSTICK_BPS={STICK_BPS}\n",
+            "WATCH={watch}\nUSB={usb}\nUSB_DEFAULT_ON={}\nONLY={part}\nDB={}\nSTICK_BPS={STICK_BPS}\n",
             if quick && !default_on_all { kernels::NEWEST } else { "all" },
-            only_usb as u8
+            only.db(quick) as u8
         ),
     )?;
     match payload {
@@ -127,7 +158,7 @@ pub fn main(args: &[String]) -> Result<()> {
     let mut versions: Vec<&str> = kernels::LINES.iter().map(|l| l.version).collect();
     let mut deb = None;
     let mut no_deb = false;
-    let mut only_usb = false;
+    let mut only = Only::All;
     let mut images_only = false;
     let mut default_on_all = false;
     let mut it = args.iter();
@@ -141,8 +172,8 @@ pub fn main(args: &[String]) -> Result<()> {
             ("--no-deb", _) => no_deb = true,
             ("--images", _) => images_only = true,
             ("--default-everywhere", _) => default_on_all = true,
-            ("--only", Some(o)) if o == "usb" => {
-                only_usb = true;
+            ("--only", Some(o)) if o == "usb" || o == "db" => {
+                only = if o == "usb" { Only::Usb } else { Only::Db };
                 it.next();
             }
             ("--deb", Some(f)) => {
@@ -150,7 +181,7 @@ pub fn main(args: &[String]) -> Result<()> {
                 it.next();
             }
             _ => bail!(
-                "usage: cargo xtask systest [--quick] [--kernel V[,V...]] [--deb FILE|--no-deb] [--only usb] [--default-everywhere] [--images]"
+                "usage: cargo xtask systest [--quick] [--kernel V[,V...]] [--deb FILE|--no-deb] [--only usb|db] [--default-everywhere] [--images]"
             ),
         }
     }
@@ -159,7 +190,7 @@ pub fn main(args: &[String]) -> Result<()> {
     if images_only {
         // Only build (or find) the kernels' roots, booting nothing.
         for v in &versions {
-            let image = guest::image(guest::root_for(v)?)?;
+            let image = guest::image(guest::root_for(v)?, only.db(quick))?;
             println!("systest: {} boots {}", image.disk.display(), image.kernel(v)?.release);
         }
         return Ok(());
@@ -176,7 +207,7 @@ pub fn main(args: &[String]) -> Result<()> {
         }
     };
     let dir = guest::target_dir()?.join("guest/systest");
-    share(&dir.join("share"), &payload, if quick { WATCH_QUICK } else { WATCH_FULL }, quick, only_usb, default_on_all)?;
+    share(&dir.join("share"), &payload, if quick { WATCH_QUICK } else { WATCH_FULL }, quick, only, default_on_all)?;
     let disk = dir.join("share.img");
     guest::disk_of(&dir.join("share"), &disk)?;
     if let Payload::Deb(d) = &payload {
@@ -185,7 +216,7 @@ pub fn main(args: &[String]) -> Result<()> {
 
     let mut outcomes = Vec::new();
     for v in &versions {
-        let image = guest::image(guest::root_for(v)?)?;
+        let image = guest::image(guest::root_for(v)?, only.db(quick))?;
         let kernel = image.kernel(v)?;
         println!("systest: booting {} under qemu (TCG)", kernel.release);
         let started = Instant::now();
