@@ -188,6 +188,7 @@ usb_run() {
     # kernel default too (ntfs3 on 6.1, measured), that is the kernel's.
     if [ "$mode" = default ]; then
         default_umounted[$name]=$umounted
+        default_umount_ns[$name]=$((t3 - t2))
     elif [ "${default_umounted[$name]:-1}" = 1 ]; then
         check "$name-$mode-umounted" [ $umounted = 1 ]
     else
@@ -203,7 +204,15 @@ usb_run() {
     # own (before 6.2) the daemon paces through the global vm.dirty_bytes.
     check "$name-peak-within-2s" [ "$peak_mib" -le "$bound" ]
     check "$name-sync-within-1s" [ $((synced - t1)) -le 1000000000 ]
-    check "$name-umount-within-1s" [ $((t3 - t2)) -le 1000000000 ]
+    # After `sync` nothing is dirty with either; what umount still does is
+    # evict the copy's cached pages, which under TCG takes about a second
+    # for the full run's 512 MiB with the kernel default too (6.1: 0.85-1.21
+    # s, session 18).  The bound is 1 s, or half as much again as the
+    # default's time for the same copy where that is more (a quick run has
+    # the default's times on 7.2 only).
+    local umount_bound=1000000000 default_ns=${default_umount_ns[$name]:-0}
+    ((default_ns * 3 / 2 > umount_bound)) && umount_bound=$((default_ns * 3 / 2))
+    check "$name-umount-within-1s" [ $((t3 - t2)) -le $umount_bound ]
 }
 
 # Polls `wbctl status --json` every second for the lever pacing bdi $1
@@ -218,7 +227,7 @@ usb_lever() {
     done
 }
 
-declare -A default_umounted
+declare -A default_umounted default_umount_ns
 usb_started=$(date +%s)
 # Debug logs while sticks are tested: why a closed file was not reached.
 mkdir -p /run/systemd/system/writebehindd.service.d

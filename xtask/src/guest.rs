@@ -95,7 +95,11 @@ const TEST_SERVICE: &str = include_str!("../guest/wb-systest.service");
 const FSTAB: &str = "/dev/vda / ext4 defaults 0 0\n";
 /// Free space in the root image for what the test installs and writes
 /// (its loop device's backing file lives there, in the snapshot overlay).
-const HEADROOM: u64 = 2 << 30;
+/// The full run's sources (512 MiB and 60 photos), the 1 GiB loop file,
+/// the journal at debug level and PostgreSQL's cluster filled 2 GiB on
+/// 6.1: dpkg then failed the purge (session 18).  Sparse: unused space
+/// costs nothing.
+const HEADROOM: u64 = 4 << 30;
 
 pub struct Image {
     pub disk: PathBuf,
@@ -150,7 +154,7 @@ pub fn image(root: &Root, db: bool) -> Result<Image> {
     let names: Vec<String> = debs.iter().map(|d| d.file_name().unwrap().to_string_lossy().into_owned()).collect();
     let packages: Vec<&str> = PACKAGES.iter().chain(if db { DB_PACKAGES } else { &[] }).copied().collect();
     let recipe = format!(
-        "{suite}\n{sources:?}\n{packages:?}\n{names:?}\n{INITRAMFS_HOOK}\n{MASKED:?}\n{TEST_TARGET}{TEST_SERVICE}{FSTAB}"
+        "{suite}\n{sources:?}\n{packages:?}\n{names:?}\n{INITRAMFS_HOOK}\n{MASKED:?}\n{TEST_TARGET}{TEST_SERVICE}{FSTAB}{HEADROOM}"
     );
     let variant = if db { format!("{suite}+db") } else { suite.to_owned() };
     let dir = target_dir()?.join("guest").join(format!("{variant}-{:016x}", fnv(&recipe)));
