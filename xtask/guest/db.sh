@@ -22,10 +22,7 @@ db_ver=$(find /usr/lib/postgresql -maxdepth 1 -mindepth 1 -printf '%f\n' | sort 
 db_unit=postgresql@$db_ver-stick
 db_bin=/usr/lib/postgresql/$db_ver/bin
 db_policy=/etc/writebehindd/policies.d/50-db.toml
-has_stick() { [ -n "$(usb_disks)" ]; }
-wait_for 30 has_stick
-udevadm settle -t 30
-db_disk=$(usb_disks | head -1)
+db_disk=$(first_usb_disk)
 id carol >/dev/null 2>&1 || useradd -M carol
 
 # pgbench's per-transaction log (-l): the 3rd field is the latency in µs.
@@ -40,9 +37,7 @@ db_latencies() {
         }'
 }
 
-db_unpaced() {
-    if [ "$lever" = bdi ]; then [ "$(cat /sys/class/bdi/$db_bdi/strict_limit)" = 0 ]; else [ "$(cat /proc/sys/vm/dirty_bytes)" = 0 ]; fi
-}
+db_unpaced() { ! paced /sys/class/bdi/$db_bdi; }
 
 # db_run <default|daemon|off>: pgbench beside the copy; MEASUREs and checks.
 db_run() {

@@ -55,6 +55,13 @@ usb_disks() {
         [ -e "$d" ] && case $(readlink -f "$d") in */usb*) echo "${d##*/}" ;; esac
     done
 }
+# The first USB disk, once there (usb-storage scans its disk asynchronously).
+first_usb_disk() {
+    has_usb_disk() { [ -n "$(usb_disks)" ]; }
+    wait_for 30 has_usb_disk
+    udevadm settle -t 30
+    usb_disks | head -1
+}
 logged() { log | grep -q -- "$1"; }
 # Logged since `date +%s` read $1.
 logged_since() { journalctl -u writebehindd --since "@$1" -o cat --no-pager | grep -q -- "$2"; }
@@ -106,6 +113,12 @@ workload_fs() {
     # the global dirty limits.
     if [ -e "$bdi/max_bytes" ]; then lever=bdi; else lever=global; fi
     paces=1
+}
+# Whether the daemon paces the device of bdi directory $1: its own
+# strict_limit (6.2+), else the global limit in bytes (the administrator's
+# ratio mode reads dirty_bytes 0).
+paced() {
+    if [ "$lever" = bdi ]; then [ "$(cat "$1/strict_limit")" = 1 ]; else [ "$(cat /proc/sys/vm/dirty_bytes)" != 0 ]; fi
 }
 not_running() {
     echo "systest: the service is not running; the boot's journal:"
@@ -259,9 +272,7 @@ check "no-restart-${WATCH}s" [ "$(prop NRestarts)/$(prop MainPID)/$(prop ActiveS
 before_kill=$(knobs)
 pv -qL 6m /var/tmp/src >/mnt/wb/copy &
 writer=$!
-strict() {
-    if [ "$lever" = bdi ]; then [ "$(cat "$bdi/strict_limit")" = 1 ]; else [ "$(cat /proc/sys/vm/dirty_bytes)" != 0 ]; fi
-}
+strict() { paced "$bdi"; }
 if ((paces)); then
     check "paced-before-kill" wait_for 30 strict
 else

@@ -236,11 +236,7 @@ printf '[Service]\nEnvironment=RUST_LOG=info,writebehindd::sys=debug,writebehind
 systemctl daemon-reload
 systemctl restart writebehindd
 usb_sources
-# usb-storage scans its disk asynchronously.
-has_usb_disk() { [ -n "$(usb_disks)" ]; }
-wait_for 30 has_usb_disk
-udevadm settle -t 30
-disk=$(usb_disks | head -1)
+disk=$(first_usb_disk)
 if [ -z "$disk" ]; then
     fail "usb-stick-present" "no usb-storage disk: $(ls /sys/block)"
     rm -rf /run/systemd/system/writebehindd.service.d
