@@ -86,15 +86,16 @@ db_run() {
     # (a &str field: the log quotes it, bdi="8:0")
     if ! logged_since "$t" "pacing on.*bdi=\"\?$db_bdi\b"; then
         fail "db-$mode-stick-paced"
-        journalctl -u writebehindd --since "@$t" -o cat --no-pager | grep -E "pacing|stream" | sed 's/^/systest:   /' | tail -8
+        log_since "$t" | grep -E "pacing|stream" | sed 's/^/systest:   /' | tail -8
     else
         pass "db-$mode-stick-paced"
     fi
+    local pg_streams
+    pg_streams=$(log_since "$t" | grep -c "stream started.*comm=postgres")
     if [ "$mode" = off ]; then
-        db_streams() { journalctl -u writebehindd --since "@$t" -o cat --no-pager | grep "stream started.*comm=postgres"; }
-        check "db-off-postgres-left-alone" eval '[ -z "$(db_streams)" ]'
+        check "db-off-postgres-left-alone" [ "$pg_streams" = 0 ]
     else
-        measure "db-daemon-postgres-streams" "$(journalctl -u writebehindd --since "@$t" -o cat --no-pager | grep -c "stream started.*comm=postgres")"
+        measure "db-daemon-postgres-streams" "$pg_streams"
     fi
 }
 

@@ -63,8 +63,10 @@ first_usb_disk() {
     usb_disks | head -1
 }
 logged() { log | grep -q -- "$1"; }
+# The service's log since `date +%s` read $1.
+log_since() { journalctl -u writebehindd --since "@$1" -o cat --no-pager; }
 # Logged since `date +%s` read $1.
-logged_since() { journalctl -u writebehindd --since "@$1" -o cat --no-pager | grep -q -- "$2"; }
+logged_since() { log_since "$1" | grep -q -- "$2"; }
 
 STATE=/var/lib/wb-systest
 # Every bdi's limits (max_bytes reads back as a share of a moving limit:
@@ -243,7 +245,7 @@ wait_for 30 logged_since "$t" "stream ended.*ino=$(stat -c %i /mnt/wb/backup) "
 # 64 MiB in 16 MiB windows, the first one after the 16 MiB burst: 3-4
 # spans, where the root policy's window (0.03 s of bandwidth, 2 MiB or
 # more) gives far more.
-spans=$(journalctl -u writebehindd --since "@$t" -o cat | grep "stream ended.*ino=$(stat -c %i /mnt/wb/backup) " | sed -n 's/.*spans=\([0-9]*\).*/\1/p' | tail -1)
+spans=$(log_since "$t" | grep "stream ended.*ino=$(stat -c %i /mnt/wb/backup) " | sed -n 's/.*spans=\([0-9]*\).*/\1/p' | tail -1)
 measure backup-spans "${spans:-none} (64 MiB, window 16 MiB)"
 check "backup-held-to-its-window" [ "${spans:-0}" -ge 2 -a "${spans:-99}" -le 5 ]
 # A new cgroup gets its policy at the daemon's next walk (every second):

@@ -380,9 +380,9 @@ no_journal_entry() { ! grep -q "^$gone_bdi	" /run/writebehindd/paced-bdis 2>/dev
 check "usb-pulled-no-knobs-journaled" wait_for 30 no_journal_entry
 # The bdi as a field (bdi=8:0, or quoted): a bare "8:0" also matched the
 # log's own timestamps, 08:07:33 (6.1 failed so at 08:07, session 18).
-lines=$(journalctl -u writebehindd --since "@$t" -o cat --no-pager | grep -c -e "bdi=\"\?$gone_bdi\b" -e "writeback failed")
+lines=$(log_since "$t" | grep -c -e "bdi=\"\?$gone_bdi\b" -e "writeback failed")
 measure usb-pulled-log-lines "$lines"
-journalctl -u writebehindd --since "@$t" -o cat --no-pager | sed 's/^/systest:   /' | head -20
+log_since "$t" | sed 's/^/systest:   /' | head -20
 check "usb-pulled-logged-once" [ "$lines" -le 2 ]
 t=$(date +%s)
 head -c 32M /var/tmp/src >/mnt/wb/after-pull
@@ -405,6 +405,6 @@ if [ -n "$disk" ]; then
 fi
 
 echo "systest: the daemon's warnings, errors and ways to closed files during the USB tests:"
-journalctl -u writebehindd --since "@$usb_started" -o cat --no-pager | grep -E "WARN|ERROR|DEBUG|handle|path" | sed 's/^/systest:   /' | tail -40
+log_since "$usb_started" | grep -E "WARN|ERROR|DEBUG|handle|path" | sed 's/^/systest:   /' | tail -40
 rm -rf /run/systemd/system/writebehindd.service.d
 systemctl daemon-reload
