@@ -60,22 +60,10 @@
 #define BTRFS_SUPER_MAGIC 0x9123683E
 #define BDI_CAP_WRITEBACK 0x1	/* include/linux/backing-dev.h */
 
-/* Per-file state, keyed by the `struct file` address: two processes that
- * open one file get two streams; a reused fd number is a new struct file;
- * a reused struct file address is caught by the inode check. */
-struct file_stream {
-	__u64 ino;
-	__u64 inode;	/* its address: the file is the stream's while f_inode is this */
-	__u64 head;	/* everything before head was handed to writeback */
-	__u64 mark;	/* everything before mark was counted for the process */
-	__u64 pos;	/* end of the last sequential write */
-	__u64 window;	/* the device's window, looked up again at each crossing */
-	__u32 tgid;
-	__u32 spans;	/* spans emitted: the agent holds this file */
-	__u32 sb_dev;	/* the file's superblock: its device's window */
-	__u8 mode;	/* enum wb_mode, from the writer's policy when it started */
-	__u8 _pad[3];
-};
+/* Per-file state (struct wb_file_stream, in writebehind.h), keyed by the
+ * `struct file` address: two processes that open one file get two streams;
+ * a reused fd number is a new struct file; a reused struct file address is
+ * caught by the inode check. */
 
 /*
  * Per-process state (Linus, 2019: write-behind should be process state, so
@@ -100,17 +88,35 @@ struct proc_stream {
  * descriptor gone (no close is reported for an evicted entry). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, WB_STREAMS_MAX);
 	__type(key, __u64);
-	__type(value, struct file_stream);
+	__type(value, struct wb_file_stream);
 } streams SEC(".maps");
+
+/* What each user holds of `streams` (#25 class 5).  The LRU is shared: a
+ * user holding more written files than it has entries, and writing to each
+ * in turn, made a new entry at every write, each evicting the least
+ * recently written one.  A writer slower than that churn (256 KiB a second
+ * beside four processes cycling through 72,000 files) was evicted between
+ * its writes, started over at each and never crossed a window: nothing of
+ * it was written back until the kernel's expiry (2 MiB of 2.5 without the
+ * churn).  Now a user at WB_USER_SHARE entries gets no new one: its new
+ * files are left to the kernel (counted), and what it churns is its own
+ * half.  Counted here at insert and delete; an eviction is silent, so a
+ * count may be too high until the agent recounts (shares.rs). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WB_OWNERS_MAX);
+	__type(key, __u32);
+	__type(value, __s64);
+} user_streams SEC(".maps");
 
 /* LRU for the same reason: one entry per process that streamed, and pids
  * are cheap to make.  As large as `streams`: the common LRU keeps up to 128
  * free entries per CPU and evicts before it is full. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, WB_STREAMS_MAX);
 	__type(key, __u32);
 	__type(value, struct proc_stream);
 } procs SEC(".maps");
@@ -552,6 +558,62 @@ static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, _
 	bpf_ringbuf_submit(pe, wakeup(batched));
 }
 
+/* User namespaces nest at most this deep (include/linux/user_namespace.h). */
+#define USERNS_MAX_LEVEL 32
+
+/*
+ * Whose share a new entry of the current task counts in: its real uid; in a
+ * user namespace, the uid that made the outermost one below the initial
+ * namespace.  A user's subordinate uids (/etc/subuid, LDAP or sssd ranges
+ * alike) are usable only inside namespaces that user made, so a rootless
+ * container's many uids share their owner's half.
+ */
+static __always_inline __u32 current_owner(void)
+{
+	struct task_struct *task = current_task();
+	const struct cred *cred = BPF_CORE_READ(task, cred);
+	struct user_namespace *ns = BPF_CORE_READ(cred, user_ns);
+
+	for (int i = 0; i < USERNS_MAX_LEVEL; i++) {
+		int level = BPF_CORE_READ(ns, level);
+
+		if (level <= 0)
+			break;
+		if (level == 1)
+			return BPF_CORE_READ(ns, owner.val);
+		ns = BPF_CORE_READ(ns, parent);
+	}
+	return BPF_CORE_READ(cred, uid.val);
+}
+
+/* The count of entries owner holds, made if missing.  NULL when
+ * user_streams is full (WB_OWNERS_MAX owners with files): such an owner's
+ * entries go uncounted rather than untracked. */
+static __always_inline __s64 *user_count(__u32 owner)
+{
+	__s64 zero = 0, *n = bpf_map_lookup_elem(&user_streams, &owner);
+
+	if (n)
+		return n;
+	bpf_map_update_elem(&user_streams, &owner, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&user_streams, &owner);
+}
+
+/* An entry of owner's is gone (deleted, or replaced by another's). */
+static __always_inline void user_release(__u32 owner)
+{
+	__s64 *n = bpf_map_lookup_elem(&user_streams, &owner);
+
+	if (n && *n > 0)
+		__sync_fetch_and_add(n, -1);
+}
+
+/* The entry's clock (wb_file_stream.touched): 2^30 ns, so that it fits 32 bits. */
+static __always_inline __u32 touch_now(void)
+{
+	return bpf_ktime_get_ns() >> 30;
+}
+
 /* A page dirtied this far past a mapped stream's end still continues it:
  * the dirtied folio may be large, and only its first page is counted. */
 #define DIRTY_GAP (2ULL << 20)
@@ -565,7 +627,7 @@ static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, _
  * to the agent.  `file` is NULL for pages dirtied through a mapping or
  * io_uring (stream_dirtied): the agent reaches those by handle.
  */
-static __always_inline void stream_advance(__u64 key, struct file_stream *s, struct file_facts *facts,
+static __always_inline void stream_advance(__u64 key, struct wb_file_stream *s, struct file_facts *facts,
 					   __u64 start, __u64 end, struct file *file, __s32 fd)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -579,7 +641,7 @@ static __always_inline void stream_advance(__u64 key, struct file_stream *s, str
 		/* Not BPF_CORE_READ(facts->sb, ...): the access chain would then
 		 * start at our own struct, which the kernel's BTF does not know. */
 		struct super_block *sb = facts->sb;
-		struct file_stream fresh = {
+		struct wb_file_stream fresh = {
 			.ino = facts->ino,
 			.inode = (__u64)facts->inode,
 			.head = start,
@@ -591,13 +653,40 @@ static __always_inline void stream_advance(__u64 key, struct file_stream *s, str
 
 		/* A stream of a writer whose policy is off is kept too, with
 		 * mode off: its next writes stop at the lookup above. */
+		__u32 replaced = s ? s->owner : 0;
+		__s64 *n;
+
+		fresh.owner = current_owner();
+		fresh.touched = touch_now();
+		/* A new entry, or one taken over from another user, must fit
+		 * the writer's share; otherwise the file is left to the kernel
+		 * (and an entry it would have replaced is let go). */
+		if (!s || replaced != fresh.owner) {
+			n = user_count(fresh.owner);
+			if (n && *n >= WB_USER_SHARE) {
+				stat_inc(WB_STAT_USER_SHARE);
+				if (s && !bpf_map_delete_elem(&streams, &key))
+					user_release(replaced);
+				return;
+			}
+		} else {
+			n = NULL;	/* the owner's own entry, replaced */
+		}
 		pol = current_policy(cfg);
 		fresh.mode = policy_mode(pol, cfg);
 		fresh.window = policy_window(pol, cfg, fresh.sb_dev);
-		if (bpf_map_update_elem(&streams, &key, &fresh, BPF_ANY))
+		if (bpf_map_update_elem(&streams, &key, &fresh, BPF_ANY)) {
 			stat_inc(WB_STAT_MAP_FULL);
+			return;
+		}
+		if (n) {
+			__sync_fetch_and_add(n, 1);
+			if (s)
+				user_release(replaced);
+		}
 		return;
 	}
+	s->touched = touch_now();
 	/* The file's latest writer owns its close (stream_close): a process
 	 * sharing the file that writes to it (a shell's `{ echo; dd; } > out`)
 	 * takes it over from the one that wrote first. */
@@ -651,7 +740,7 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 {
 	__u64 key = (__u64)file, end;
 	struct file_facts facts = {};
-	struct file_stream *s;
+	struct wb_file_stream *s;
 
 	if (!file || !len || !file_writable(file, &facts))
 		return;
@@ -679,7 +768,7 @@ static __always_inline void stream_dirtied(struct address_space *mapping, __u64 
 {
 	__u64 key = (__u64)mapping;
 	struct file_facts facts = {};
-	struct file_stream *s;
+	struct wb_file_stream *s;
 
 	if (!inode_eligible(BPF_CORE_READ(mapping, host), &facts))
 		return;
@@ -694,7 +783,8 @@ static __always_inline void stream_dirtied(struct address_space *mapping, __u64 
 static __always_inline void stream_close(struct file *file, __s32 fd)
 {
 	__u64 key = (__u64)file;
-	struct file_stream *s;
+	struct wb_file_stream *s;
+	__u32 owner;
 	struct wb_config *cfg;
 	struct wb_policy *pol;
 	bool tail = false;
@@ -725,7 +815,9 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 		else
 			emit_close(file, fd, s->ino, s->head, tail ? s->pos : s->head, !s->spans);
 	}
-	bpf_map_delete_elem(&streams, &key);
+	owner = s->owner;
+	if (!bpf_map_delete_elem(&streams, &key))
+		user_release(owner);
 }
 
 /*
@@ -746,7 +838,7 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 static __always_inline void stream_synced(struct file *file)
 {
 	__u64 key = (__u64)file;
-	struct file_stream *s;
+	struct wb_file_stream *s;
 	struct wb_config *cfg;
 
 	if (!file)

@@ -142,13 +142,44 @@ struct wb_config {
 	__u32 sys_exit_writes;  /* enum wb_syscalls bits */
 };
 
+/*
+ * Per-file state in BPF's `streams` map, keyed by the `struct file` address
+ * (by the address_space for pages dirtied through a mapping).  Here because
+ * the agent reads it too: it recounts what each user holds (owner, touched)
+ * when one reaches its share.
+ */
+struct wb_file_stream {
+	__u64 ino;
+	__u64 inode;	/* its address: the file is the stream's while f_inode is this */
+	__u64 head;	/* everything before head was handed to writeback */
+	__u64 mark;	/* everything before mark was counted for the process */
+	__u64 pos;	/* end of the last sequential write */
+	__u64 window;	/* the device's window, looked up again at each crossing */
+	__u32 tgid;
+	__u32 spans;	/* spans emitted: the agent holds this file */
+	__u32 sb_dev;	/* the file's superblock: its device's window */
+	__u32 owner;	/* whose share the entry counts in (see current_owner) */
+	__u32 touched;	/* last written, in 2^30 ns (about 1.07 s) of CLOCK_MONOTONIC */
+	__u8 mode;	/* enum wb_mode, from the writer's policy when it started */
+	__u8 _pad[3];
+};
+
+/* Entries of `streams`; one user (an owner) may hold at most half of them.
+ * The `user_streams` hash map (key: the owner's uid, __u32; value: the
+ * entries it holds, __s64) counts them; an entry LRU-evicted leaves its
+ * count too high, and the agent recounts. */
+#define WB_STREAMS_MAX 65536
+#define WB_USER_SHARE (WB_STREAMS_MAX / 2)
+#define WB_OWNERS_MAX 4096
+
 /* Indices of the per-CPU `stats` array map (summed by the agent). */
 enum wb_stat {
 	WB_STAT_RB_DROPS = 0,   /* events lost because the ring buffer was full */
 	WB_STAT_MAP_FULL = 1,   /* writes not tracked because the stream map was full */
 	WB_STAT_CLOSES_SHED = 2, /* closes not reported: the ring buffer was half full */
 	WB_STAT_SELF_SYNCED = 3, /* streams left to a writer that syncs the file itself */
-	WB_STAT_MAX = 4,
+	WB_STAT_USER_SHARE = 4, /* files not tracked: their writer's owner holds its share */
+	WB_STAT_MAX = 5,
 };
 
 #endif /* WRITEBEHIND_H */

@@ -18,6 +18,7 @@ const PYTHON: &str = "/usr/bin/python3";
 const SWAP_FD: &str = include_str!("attacks/swap_fd.py");
 const WATCH_OPENS: &str = include_str!("attacks/watch_opens.py");
 const FUSE_HANG: &str = include_str!("attacks/fuse_hang.py");
+const CHURN_STREAMS: &str = include_str!("attacks/churn_streams.py");
 
 /// A python script run as nobody.
 fn nobody_python(script: &str) -> Command {
@@ -338,6 +339,82 @@ fn a_user_with_many_open_files_leaves_others_tracked() -> Result<()> {
     let log = daemon.stop()?;
     let started = log.lines().any(|l| l.contains("stream started") && l.contains(" comm=dd "));
     assert!(started, "root's dd was not tracked while a user held 72,000 files:\n{log}");
+    Ok(())
+}
+
+/// Class 5: a user holds 72,000 written files open (more than BPF's stream
+/// map holds) and writes to each in turn, so that every write of theirs
+/// makes a new entry.  In a shared LRU each new entry evicted the least
+/// recently written one: a slow writer's stream, evicted between its
+/// writes, started over at each and never crossed a window.  One user now
+/// holds at most half of the map; the writer beside them keeps its stream.
+#[test]
+fn a_user_churning_the_stream_map_leaves_a_slow_writer_streamed() -> Result<()> {
+    churn_beside_a_slow_writer(false)
+}
+
+/// Class 5: the same churn by four uids of a user namespace the user made
+/// (a rootless container's, its subordinate uids).  Their entries count in
+/// the namespace owner's share: per uid, the four would have had a half
+/// each, and evicted the slow writer as before.
+#[test]
+fn a_user_s_namespace_uids_churn_within_its_share() -> Result<()> {
+    churn_beside_a_slow_writer(true)
+}
+
+fn churn_beside_a_slow_writer(userns: bool) -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let slow = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    run(Command::new("chmod").arg("1777").arg(&dir))?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    // prlimit, as root, lets them open 18,000 files each.
+    let mut churn = Background::spawn(
+        Command::new("prlimit")
+            .args(["--nofile=20000:20000", "--", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args([PYTHON, "-c", CHURN_STREAMS])
+            .arg(&dir)
+            .arg("40")
+            .args(userns.then_some("--userns"))
+            .stdout(Stdio::piped()),
+    )?;
+    let mut out = BufReader::new(churn.0.stdout.take().context("stdout")?);
+    let mut line = String::new();
+    if userns {
+        out.read_line(&mut line)?;
+        let pid = line.trim();
+        std::fs::write(format!("/proc/{pid}/uid_map"), "0 200000 65536\n")
+            .with_context(|| format!("mapping the namespace of {line:?}"))?;
+        line.clear();
+    }
+    out.read_line(&mut line)?;
+    anyhow::ensure!(line.trim() == "ready", "the churn did not start: {line:?}");
+    // 256 KiB a second for 10 s: a window (1 MiB) every 4 s.  Measured
+    // before the file is closed: what its windows sent to the device (2 MiB
+    // with nobody churning; none on the shared LRU, in 2 runs of 2).
+    let before = slow.device.bytes_written()?;
+    let write = "import os,sys,time\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT,0o644)\n\
+                 for _ in range(10): os.write(fd,b's'*(256<<10)); time.sleep(1)\n\
+                 time.sleep(1); print('written',flush=True); time.sleep(60)\n";
+    let mut writer =
+        Background::spawn(Command::new(PYTHON).args(["-c", write]).arg(slow.path("slow")).stdout(Stdio::piped()))?;
+    await_line(&mut writer.0, "written")?;
+    let sent = (slow.device.bytes_written()? - before) as f64 / (1 << 20) as f64;
+    drop(writer);
+    let log = daemon.stop()?;
+    drop(churn);
+    println!("the slow writer's 2.5 MiB: {sent:.1} MiB written back before its close");
+    assert!(
+        sent >= 1.5,
+        "a user's churn of the stream map left the slow writer's windows unsent ({sent:.1} MiB of 2.5):\n{log}"
+    );
+    // The user's entries, whichever of its uids made them, counted as its.
+    let at_share = log
+        .lines()
+        .any(|l| l.contains("holds its share of BPF's stream map") && log_field(l, "owner") == Some("65534"));
+    assert!(at_share, "nobody's entries were not counted as nobody's:\n{log}");
+    println!("new entries refused for nobody's share: {}", stopped_counter(&log, "untracked_user_share"));
     Ok(())
 }
 

@@ -10,6 +10,7 @@ include!(concat!(env!("OUT_DIR"), "/abi.rs"));
 unsafe impl aya::Pod for wb_config {}
 unsafe impl aya::Pod for wb_policy {}
 unsafe impl aya::Pod for wb_device {}
+unsafe impl aya::Pod for wb_file_stream {}
 
 /// What a ring-buffer record asks of the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,6 +20,7 @@ use crate::{
     counters::{Counters, ErrorKind},
     loader::Loaded,
     policies::PolicySet,
+    shares::Shares,
     status::Status,
     streams::StreamTable,
 };
@@ -32,6 +33,7 @@ pub async fn run(
     events: RingBuf<MapData>,
     table: &mut StreamTable,
     cgroups: &mut CgroupPolicies,
+    shares: &Shares,
     hup: &mut tokio::signal::unix::Signal,
     reload: impl Fn() -> Option<PolicySet>,
     ctl: &mut Control,
@@ -72,6 +74,7 @@ pub async fn run(
                 // its tail is left to the kernel.)
                 drain(events.get_mut(), table, SLICE_TIME);
                 table.reap();
+                shares.tick(loaded.stat(wb_stat::WB_STAT_USER_SHARE));
                 let drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS);
                 if drops > drops_seen {
                     tracing::warn!(lost = drops - drops_seen, total = drops, "ring buffer full: events lost");
@@ -124,6 +127,7 @@ impl Control {
         counters.insert("untracked_map_full".into(), loaded.stat(wb_stat::WB_STAT_MAP_FULL));
         counters.insert("closes_shed".into(), loaded.stat(wb_stat::WB_STAT_CLOSES_SHED));
         counters.insert("left_self_synced".into(), loaded.stat(wb_stat::WB_STAT_SELF_SYNCED));
+        counters.insert("untracked_user_share".into(), loaded.stat(wb_stat::WB_STAT_USER_SHARE));
         counters.insert("flush_memory_bytes".into(), table.flush_memory() as u64);
         let status = Status {
             version: env!("CARGO_PKG_VERSION").into(),

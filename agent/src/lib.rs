@@ -8,8 +8,8 @@
 //! (closed files by file handle), `policy` (keys), `policies` (files, per
 //! cgroup), `cgroups` (policies to BPF by cgroup id), `control` (the socket),
 //! `status` (what it reports, and the protocol), `counters`, `owners` (whose
-//! a uid is, for the per-user share), `sys` (syscall wrappers), `abi`
-//! (generated).
+//! a uid is, for the per-user share), `shares` (each user's half of BPF's
+//! stream map), `sys` (syscall wrappers), `abi` (generated).
 
 pub mod abi;
 pub mod bandwidth;
@@ -26,6 +26,7 @@ pub mod pacing;
 pub mod policies;
 pub mod policy;
 pub mod power;
+pub mod shares;
 pub mod status;
 pub mod streams;
 pub mod sys;

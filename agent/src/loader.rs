@@ -336,6 +336,16 @@ impl Loaded {
         ))
     }
 
+    /// The stream map and each user's count of it, to their recount
+    /// thread (shares.rs).  Taken once.
+    pub fn take_shares(&mut self) -> Result<crate::shares::Shares> {
+        let mut take = |name: &str| self.ebpf.take_map(name).with_context(|| format!("map {name} already taken"));
+        Ok(crate::shares::Shares::start(
+            aya::maps::HashMap::try_from(take("streams")?)?,
+            aya::maps::HashMap::try_from(take("user_streams")?)?,
+        ))
+    }
+
     /// The ring buffer the programs report through; taken once by intake.
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>> {
         let map = self.ebpf.take_map("events").context("events ring buffer already taken")?;

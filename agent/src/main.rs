@@ -277,6 +277,7 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
     let mut loaded = Loaded::load_and_attach(cfg, args.backend)?;
     let events = loaded.take_events()?;
     let (config, devices, cgroup_map) = loaded.take_tuning()?;
+    let shares = loaded.take_shares()?;
     // Bound before "attached" is logged: whoever waits for that line (the
     // tests, the bench) may connect at once.  The other way round, the
     // bench's smoke run once found no socket there.
@@ -331,7 +332,7 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
                 _ = int.recv() => {}
             }
         };
-        intake::run(&loaded, events, &mut table, &mut cgroups, &mut hup, reload, &mut ctl, shutdown).await
+        intake::run(&loaded, events, &mut table, &mut cgroups, &shares, &mut hup, reload, &mut ctl, shutdown).await
     })?;
 
     table.shutdown();
@@ -346,6 +347,7 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
         untracked_map_full = loaded.stat(wb_stat::WB_STAT_MAP_FULL),
         closes_shed = loaded.stat(wb_stat::WB_STAT_CLOSES_SHED),
         left_self_synced = loaded.stat(wb_stat::WB_STAT_SELF_SYNCED),
+        untracked_user_share = loaded.stat(wb_stat::WB_STAT_USER_SHARE),
         errors = ?counters.errors().into_iter().filter(|e| e.1 > 0).collect::<Vec<_>>(),
         "stopping"
     );
