@@ -71,6 +71,9 @@ pub struct Counters {
     pub closed_files_by_path: AtomicU64,
     /// Closed files left to the kernel's flusher: their device was paced.
     pub closed_files_left: AtomicU64,
+    /// Closes that waited in the ring for a second or more (an agent behind
+    /// a flood), of files it did not hold: left to the kernel.
+    pub closes_shed_late: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
 }
 
@@ -101,6 +104,7 @@ impl Counters {
             ("closed_files_flushed", &self.closed_files_flushed),
             ("closed_files_by_path", &self.closed_files_by_path),
             ("closed_files_left", &self.closed_files_left),
+            ("closes_shed_late", &self.closes_shed_late),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))

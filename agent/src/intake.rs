@@ -14,7 +14,7 @@ use aya::maps::{MapData, RingBuf};
 use tokio::{io::unix::AsyncFd, sync::mpsc};
 
 use crate::{
-    abi::{wb_event, wb_stat},
+    abi::{EventKind, wb_event, wb_stat},
     cgroups::CgroupPolicies,
     control::{Command, Shared},
     counters::{Counters, ErrorKind},
@@ -45,13 +45,14 @@ pub async fn run(
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut batch_tick = tokio::time::interval(crate::streams::BATCH_AGE);
     let mut drops_seen = 0;
+    let mut backlog = Backlog::default();
     tokio::pin!(shutdown);
     loop {
         let mut behind = false;
         tokio::select! {
             guard = events.readable_mut() => {
                 let mut guard = guard?;
-                behind = drain(guard.get_inner_mut(), table, SLICE_TIME);
+                behind = drain(guard.get_inner_mut(), table, SLICE_TIME, &mut backlog);
                 if !behind {
                     guard.clear_ready();
                 }
@@ -59,20 +60,20 @@ pub async fn run(
             _ = batch_tick.tick() => {
                 // Closes that never crossed a window do not wake the
                 // agent (see wakeup() in stream.bpf.h): they are read here.
-                drain(events.get_mut(), table, SLICE_TIME);
+                drain(events.get_mut(), table, SLICE_TIME, &mut backlog);
                 table.tick(cgroups.on_battery());
             }
             Some(_) = ctl.commands.recv() => apply_reload(table, cgroups, &reload),
             _ = hup.recv() => apply_reload(table, cgroups, &reload),
             _ = tick.tick() => {
                 cgroups.refresh();
-                ctl.publish(loaded, table, cgroups);
+                ctl.publish(loaded, table, cgroups, &std::mem::take(&mut backlog));
                 crate::sys::notify("WATCHDOG=1");
                 // A close still in the ring is not a close unseen.  (An
                 // agent short of CPU behind a flood may leave one there
                 // after this slice: that stream ends as closed unseen and
                 // its tail is left to the kernel.)
-                drain(events.get_mut(), table, SLICE_TIME);
+                drain(events.get_mut(), table, SLICE_TIME, &mut backlog);
                 table.reap();
                 shares.tick(loaded.stat(wb_stat::WB_STAT_USER_SHARE));
                 let drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS);
@@ -85,7 +86,7 @@ pub async fn run(
                 // What was emitted before the signal is still acted on (a
                 // flood's endless supply is not).
                 for _ in 0..SHUTDOWN_SLICES {
-                    if !drain(events.get_mut(), table, Duration::MAX) {
+                    if !drain(events.get_mut(), table, Duration::MAX, &mut backlog) {
                         break;
                     }
                 }
@@ -120,7 +121,7 @@ pub struct Control {
 
 impl Control {
     /// Refreshes what the socket reports.
-    pub fn publish(&self, loaded: &Loaded, table: &StreamTable, cgroups: &CgroupPolicies) {
+    pub fn publish(&self, loaded: &Loaded, table: &StreamTable, cgroups: &CgroupPolicies, backlog: &Backlog) {
         let (streams, devices) = table.status();
         let mut counters = self.counters.snapshot();
         counters.insert("ring_buffer_drops".into(), loaded.stat(wb_stat::WB_STAT_RB_DROPS));
@@ -129,6 +130,7 @@ impl Control {
         counters.insert("left_self_synced".into(), loaded.stat(wb_stat::WB_STAT_SELF_SYNCED));
         counters.insert("untracked_user_share".into(), loaded.stat(wb_stat::WB_STAT_USER_SHARE));
         counters.insert("flush_memory_bytes".into(), table.flush_memory() as u64);
+        counters.insert("intake_lag_ms".into(), backlog.lag_max / 1_000_000);
         let status = Status {
             version: env!("CARGO_PKG_VERSION").into(),
             backend: self.backend.clone(),
@@ -168,10 +170,25 @@ const SLICE_TIME: Duration = Duration::from_millis(20);
 const CLOCK_EVERY: usize = 256;
 /// At most this many slices when stopping, each of up to SLICE events.
 const SHUTDOWN_SLICES: usize = 16;
+/// A close that waited this long in the ring finds an agent behind a
+/// flood.  Handling it costs the intake's slice and then the device's
+/// flusher an open by handle and a sync_file_range; shed, it costs a
+/// decode, and the spans behind it wait that much less.  Far above the
+/// normal wait: closes that wake nobody wait for the batch tick (100 ms).
+const SHED_AGE: Duration = Duration::from_millis(500);
+
+/// What the drain saw since the last publish.
+#[derive(Default)]
+pub struct Backlog {
+    /// The longest an event waited in the ring, in ns: what a stream's
+    /// window waits behind a flood.
+    pub lag_max: u64,
+}
 
 /// Handles up to SLICE events, until `time` has passed; true if the ring
-/// still holds more.
-fn drain(ring: &mut RingBuf<MapData>, table: &mut StreamTable, time: Duration) -> bool {
+/// still holds more.  A close that waited SHED_AGE or longer, of a file the
+/// agent does not hold, is shed: left to the kernel, counted.
+fn drain(ring: &mut RingBuf<MapData>, table: &mut StreamTable, time: Duration, backlog: &mut Backlog) -> bool {
     let started = Instant::now();
     for n in 1..=SLICE {
         if n % CLOCK_EVERY == 0 && started.elapsed() >= time {
@@ -180,10 +197,16 @@ fn drain(ring: &mut RingBuf<MapData>, table: &mut StreamTable, time: Duration) -
         let Some(item) = ring.next() else { return false };
         let decoded = wb_event::decode_any(&item);
         drop(item);
-        match decoded {
-            Some((kind, ev, path)) => table.handle(kind, &ev, path),
-            None => table.error(ErrorKind::BadEvent),
+        let Some((kind, ev, path)) = decoded else {
+            table.error(ErrorKind::BadEvent);
+            continue;
+        };
+        let waited = crate::sys::monotonic_ns().saturating_sub(ev.ts_ns);
+        backlog.lag_max = backlog.lag_max.max(waited);
+        if kind == EventKind::Close && waited >= SHED_AGE.as_nanos() as u64 && table.shed_late(&ev) {
+            continue;
         }
+        table.handle(kind, &ev, path);
     }
     true
 }

@@ -343,6 +343,7 @@ fn run(set: PolicySet, args: Args) -> Result<()> {
         bytes_flushed = Counters::get(&counters.bytes_flushed),
         closed_files_flushed = Counters::get(&counters.closed_files_flushed),
         closed_files_left = Counters::get(&counters.closed_files_left),
+        closes_shed_late = Counters::get(&counters.closes_shed_late),
         rb_drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS),
         untracked_map_full = loaded.stat(wb_stat::WB_STAT_MAP_FULL),
         closes_shed = loaded.stat(wb_stat::WB_STAT_CLOSES_SHED),

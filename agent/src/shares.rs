@@ -157,13 +157,9 @@ pub fn recount(entries: HashMap<u64, (u32, u32)>, now: u32) -> Recount {
     Recount { held, idle }
 }
 
-/// CLOCK_MONOTONIC (bpf_ktime_get_ns's clock) in wb_file_stream.touched's units.
+/// Now in wb_file_stream.touched's units.
 fn touch_now() -> u32 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid clock id and a pointer to a timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-    (ns >> TOUCH_SHIFT) as u32
+    (crate::sys::monotonic_ns() >> TOUCH_SHIFT) as u32
 }
 
 #[cfg(test)]

@@ -104,6 +104,10 @@ impl Response {
     }
 }
 
+/// Entries of Status.counters that are levels: bytes of flushes waiting
+/// now, and the longest an event waited in the ring within the last second.
+const GAUGES: [&str; 2] = ["flush_memory_bytes", "intake_lag_ms"];
+
 /// OpenMetrics text for a status snapshot.
 pub fn metrics(s: &Status) -> String {
     let mut out = String::new();
@@ -131,7 +135,11 @@ pub fn metrics(s: &Status) -> String {
     let global = s.global_limits.as_ref().map_or(0, |g| g.dirty_bytes) as f64;
     family("global_dirty_bytes", "gauge", "vm.dirty_bytes set for pacing, 0 otherwise.", vec![(String::new(), global)]);
     family("streams", "gauge", "Active streaming writers.", vec![(String::new(), s.streams.len() as f64)]);
-    let counters = s.counters.iter().map(|(k, v)| (format!("{{what=\"{k}\"}}"), *v as f64)).collect();
+    let (gauges, counters): (Vec<_>, Vec<_>) = s.counters.iter().partition(|(k, _)| GAUGES.contains(&k.as_str()));
+    for (k, v) in gauges {
+        family(k, "gauge", "A level, not a count (see wbctl status).", vec![(String::new(), *v as f64)]);
+    }
+    let counters = counters.into_iter().map(|(k, v)| (format!("{{what=\"{k}\"}}"), *v as f64)).collect();
     family("events", "counter", "Agent counters by kind.", counters);
     out += "# EOF\n";
     out

@@ -231,6 +231,18 @@ impl StreamTable {
         }
     }
 
+    /// A close the intake reached late, behind a flood (intake.rs,
+    /// SHED_AGE): left to the kernel and counted, unless the agent holds
+    /// the file, which it must let go of.  True if shed.
+    pub fn shed_late(&mut self, ev: &wb_event) -> bool {
+        let key = StreamKey { tgid: ev.tgid, file: FileId { dev: ev.st_dev(), ino: ev.ino } };
+        if self.streams.contains_key(&key) {
+            return false;
+        }
+        self.counters.add(&self.counters.closes_shed_late, 1);
+        true
+    }
+
     fn span(&mut self, key: StreamKey, ev: &wb_event) {
         let dev = self.devices.note(ev);
         if !self.streams.contains_key(&key) && !self.start(key, ev, &dev) {

@@ -237,6 +237,15 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// CLOCK_MONOTONIC in ns: bpf_ktime_get_ns()'s clock (wb_event.ts_ns,
+/// wb_file_stream.touched).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET
 /// ("READY=1", "WATCHDOG=1", "STOPPING=1").  Nothing when not under systemd.
 pub fn notify(state: &str) {
