@@ -562,25 +562,33 @@ static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, _
 #define USERNS_MAX_LEVEL 32
 
 /*
- * Whose share a new entry of the current task counts in: its real uid; in a
- * user namespace, the uid that made the outermost one below the initial
- * namespace.  A user's subordinate uids (/etc/subuid, LDAP or sssd ranges
- * alike) are usable only inside namespaces that user made, so a rootless
- * container's many uids share their owner's half.
+ * Whose share a new entry of the current task counts in: its real uid in
+ * the initial user namespace.  Inside a user namespace, whoever made the
+ * outermost one below the initial: a user's subordinate uids (/etc/subuid,
+ * LDAP or sssd ranges alike) are usable only inside namespaces that user
+ * made, so a rootless container's many uids share their owner's half.  A
+ * namespace root made (a system container, docker's userns-remap,
+ * PrivateUsers=) is an owner of its own, by its inode number (0xF0000000
+ * and above, beyond the uids in use): keyed on root, every such container
+ * would share one half with root and the system's services, and one of
+ * them could take it from all the others.
  */
 static __always_inline __u32 current_owner(void)
 {
 	struct task_struct *task = current_task();
 	const struct cred *cred = BPF_CORE_READ(task, cred);
 	struct user_namespace *ns = BPF_CORE_READ(cred, user_ns);
+	__u32 owner;
 
 	for (int i = 0; i < USERNS_MAX_LEVEL; i++) {
 		int level = BPF_CORE_READ(ns, level);
 
 		if (level <= 0)
 			break;
-		if (level == 1)
-			return BPF_CORE_READ(ns, owner.val);
+		if (level == 1) {
+			owner = BPF_CORE_READ(ns, owner.val);
+			return owner ? owner : BPF_CORE_READ(ns, ns.inum);
+		}
 		ns = BPF_CORE_READ(ns, parent);
 	}
 	return BPF_CORE_READ(cred, uid.val);
@@ -679,11 +687,10 @@ static __always_inline void stream_advance(__u64 key, struct wb_file_stream *s, 
 			stat_inc(WB_STAT_MAP_FULL);
 			return;
 		}
-		if (n) {
+		if (n)
 			__sync_fetch_and_add(n, 1);
-			if (s)
-				user_release(replaced);
-		}
+		if (s && replaced != fresh.owner)
+			user_release(replaced);
 		return;
 	}
 	s->touched = touch_now();

@@ -355,19 +355,35 @@ fn a_user_with_many_open_files_leaves_others_tracked() -> Result<()> {
 /// holds at most half of the map; the writer beside them keeps its stream.
 #[test]
 fn a_user_churning_the_stream_map_leaves_a_slow_writer_streamed() -> Result<()> {
-    churn_beside_a_slow_writer(false)
+    churn_beside_a_slow_writer(Churner::User)
 }
 
 /// Class 5: the same churn by four uids of a user namespace the user made
 /// (a rootless container's, its subordinate uids).  Their entries count in
 /// the namespace owner's share: per uid, the four would have had a half
-/// each, and evicted the slow writer as before.
+/// each, and nobody would not have been at its share.
 #[test]
 fn a_user_s_namespace_uids_churn_within_its_share() -> Result<()> {
-    churn_beside_a_slow_writer(true)
+    churn_beside_a_slow_writer(Churner::UsersNamespace)
 }
 
-fn churn_beside_a_slow_writer(userns: bool) -> Result<()> {
+/// Class 5: the same churn from a user namespace root made (a system
+/// container, docker's userns-remap, PrivateUsers=).  It is an owner of its
+/// own: counted as root's, it took root's half, and root's slow writer
+/// beside it got no entry at all.
+#[test]
+fn a_container_root_made_churns_within_its_own_share() -> Result<()> {
+    churn_beside_a_slow_writer(Churner::RootsNamespace)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Churner {
+    User,
+    UsersNamespace,
+    RootsNamespace,
+}
+
+fn churn_beside_a_slow_writer(churner: Churner) -> Result<()> {
     require_root();
     let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
     let slow = Mounted::new(LoopDevice::new(512)?, "ext4")?;
@@ -375,18 +391,19 @@ fn churn_beside_a_slow_writer(userns: bool) -> Result<()> {
     run(Command::new("chmod").arg("1777").arg(&dir))?;
     let daemon = Daemon::start_with_policy(POLICY)?;
     // prlimit, as root, lets them open 18,000 files each.
-    let mut churn = Background::spawn(
-        Command::new("prlimit")
-            .args(["--nofile=20000:20000", "--", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
-            .args([PYTHON, "-c", CHURN_STREAMS])
-            .arg(&dir)
-            .arg("40")
-            .args(userns.then_some("--userns"))
-            .stdout(Stdio::piped()),
-    )?;
+    let mut cmd = Command::new("prlimit");
+    cmd.args(["--nofile=20000:20000", "--"]);
+    if churner != Churner::RootsNamespace {
+        cmd.args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]);
+    }
+    cmd.args([PYTHON, "-c", CHURN_STREAMS]).arg(&dir).arg("40");
+    if churner != Churner::User {
+        cmd.arg("--userns");
+    }
+    let mut churn = Background::spawn(cmd.stdout(Stdio::piped()))?;
     let mut out = BufReader::new(churn.0.stdout.take().context("stdout")?);
     let mut line = String::new();
-    if userns {
+    if churner != Churner::User {
         out.read_line(&mut line)?;
         let pid = line.trim();
         std::fs::write(format!("/proc/{pid}/uid_map"), "0 200000 65536\n")
@@ -414,12 +431,20 @@ fn churn_beside_a_slow_writer(userns: bool) -> Result<()> {
         sent >= 1.5,
         "a user's churn of the stream map left the slow writer's windows unsent ({sent:.1} MiB of 2.5):\n{log}"
     );
-    // The user's entries, whichever of its uids made them, counted as its.
-    let at_share = log
+    // The churner's entries, whichever of its uids made them, counted as
+    // one owner's: nobody's, or for root's namespace its own (an inode
+    // number, 0xF0000000 and above).
+    let owners: Vec<u64> = log
         .lines()
-        .any(|l| l.contains("holds its share of BPF's stream map") && log_field(l, "owner") == Some("65534"));
-    assert!(at_share, "nobody's entries were not counted as nobody's:\n{log}");
-    println!("new entries refused for nobody's share: {}", stopped_counter(&log, "untracked_user_share"));
+        .filter(|l| l.contains("holds its share of BPF's stream map"))
+        .filter_map(|l| log_field(l, "owner")?.parse().ok())
+        .collect();
+    let expected = |o: &u64| match churner {
+        Churner::RootsNamespace => *o >= 0xF000_0000,
+        _ => *o == 65534,
+    };
+    println!("owners at their share: {owners:?}; refused: {}", stopped_counter(&log, "untracked_user_share"));
+    assert!(owners.len() == 1 && owners.iter().all(expected), "the churn was not counted as one owner's:\n{log}");
     Ok(())
 }
 

@@ -71,8 +71,8 @@ pub struct Counters {
     pub closed_files_by_path: AtomicU64,
     /// Closed files left to the kernel's flusher: their device was paced.
     pub closed_files_left: AtomicU64,
-    /// Closes that waited in the ring for a second or more (an agent behind
-    /// a flood), of files it did not hold: left to the kernel.
+    /// Closes that waited in the ring for half a second or more (an agent
+    /// behind a flood), of files it did not hold: left to the kernel.
     pub closes_shed_late: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
 }
