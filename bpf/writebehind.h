@@ -159,7 +159,8 @@ struct wb_file_stream {
 	__u32 spans;	/* spans emitted: the agent holds this file */
 	__u32 sb_dev;	/* the file's superblock: its device's window */
 	__u32 owner;	/* whose share the entry counts in (see current_owner) */
-	__u32 touched;	/* last written, in 2^30 ns (about 1.07 s) of CLOCK_MONOTONIC */
+	__u32 touched;	/* made or last crossed a window, in 2^30 ns (about 1.07 s)
+			 * of CLOCK_MONOTONIC */
 	__u8 mode;	/* enum wb_mode, from the writer's policy when it started */
 	__u8 _pad[3];
 };

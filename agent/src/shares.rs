@@ -6,10 +6,10 @@
 //! taken again from the map itself: soon after a user is refused (at most
 //! every RECOUNT_EVERY), and every RECOUNT_IDLE anyway, which also forgets
 //! owners that hold nothing (BPF has room for WB_OWNERS_MAX).  At a recount
-//! a user at its share loses its entries written to longer than IDLE ago
-//! (files its processes leak or leave open and idle), as the shared LRU
-//! would have evicted them first; an entry let go costs its writer at most
-//! one window, as its next write starts over.
+//! a user at its share loses its entries that crossed no window for IDLE
+//! (files its processes leak or leave open and idle, or write slowly), as
+//! the shared LRU would have evicted most of them first; an entry let go
+//! costs its writer at most one window, as its next write starts over.
 //!
 //! What remains: a count written back is a snapshot, so entries a user
 //! made during the walk (0.35 s) and the walk missed are not in it, until
@@ -40,7 +40,8 @@ pub type CountMap = BpfHashMap<MapData, u32, i64>;
 const RECOUNT_EVERY: Duration = Duration::from_secs(10);
 /// And this often in any case: usually a walk of a few open files.
 const RECOUNT_IDLE: Duration = Duration::from_secs(60);
-/// An over-share user's entry untouched this long is let go at a recount.
+/// An over-share user's entry that crossed no window this long (BPF
+/// stamps it then, not at every write) is let go at a recount.
 const IDLE: Duration = Duration::from_secs(60);
 /// wb_file_stream.touched counts 2^30 ns.
 const TOUCH_SHIFT: u32 = 30;
