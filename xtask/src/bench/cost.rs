@@ -296,9 +296,10 @@ impl Snapshot {
         self.counters.get(key).copied().unwrap_or(0)
     }
 
-    /// Events the agent never saw: ring buffer full, closes shed by BPF.
+    /// Closes the agent never acted on: ring buffer full, shed by BPF, or
+    /// shed by the agent for waiting too long in the ring.
     fn lost(&self) -> u64 {
-        self.get("ring_buffer_drops") + self.get("closes_shed")
+        self.get("ring_buffer_drops") + self.get("closes_shed") + self.get("closes_shed_late")
     }
 }
 
