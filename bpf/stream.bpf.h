@@ -399,6 +399,46 @@ static __always_inline struct btrfs_inode *btrfs_inode_of(struct inode *inode, _
 	return (void *)inode - bpf_core_field_offset(struct btrfs_inode, vfs_inode);
 }
 
+/* User namespaces nest at most this deep (include/linux/user_namespace.h). */
+#define USERNS_MAX_LEVEL 32
+
+/*
+ * Whose share a new entry of the current task counts in, in BPF's stream
+ * map and in the agent's streams, queues and flush memory alike: its real uid in
+ * the initial user namespace.  Inside a user namespace, whoever made the
+ * outermost one below the initial: a user's subordinate uids (/etc/subuid,
+ * LDAP or sssd ranges alike) are usable only inside namespaces that user
+ * made, so a rootless container's many uids share their owner's half.  A
+ * namespace root made (a system container, docker's userns-remap,
+ * PrivateUsers=) is an owner of its own, by its inode number (0xF0000000
+ * and above, beyond the uids in use): keyed on root, every such container
+ * would share one half with root and the system's services, and one of
+ * them could take it from all the others.
+ */
+static __always_inline __u32 current_owner(void)
+{
+	struct task_struct *task = current_task();
+	/* The objective credentials: overlayfs (a container's rootfs) writes
+	 * its upper files under the mounter's, overridden in task->cred, and
+	 * every container's writes would count as root's. */
+	const struct cred *cred = BPF_CORE_READ(task, real_cred);
+	struct user_namespace *ns = BPF_CORE_READ(cred, user_ns);
+	__u32 owner;
+
+	for (int i = 0; i < USERNS_MAX_LEVEL; i++) {
+		int level = BPF_CORE_READ(ns, level);
+
+		if (level <= 0)
+			break;
+		if (level == 1) {
+			owner = BPF_CORE_READ(ns, owner.val);
+			return owner ? owner : BPF_CORE_READ(ns, ns.inum);
+		}
+		ns = BPF_CORE_READ(ns, parent);
+	}
+	return BPF_CORE_READ(cred, uid.val);
+}
+
 /* Everything an event says of the writer, the file and its device. */
 static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct inode *inode, __s32 fd,
 				       __u64 ino, __u64 start, __u64 end)
@@ -412,7 +452,7 @@ static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct in
 	e->generation = BPF_CORE_READ(inode, i_generation);
 	e->fs_magic = BPF_CORE_READ(inode, i_sb, s_magic);
 	e->sb_dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	e->uid = (__u32)bpf_get_current_uid_gid();
+	e->owner = current_owner();
 	/* stat(2) on btrfs reports the subvolume's anonymous dev, not s_dev;
 	 * its handles also name the subvolume root. */
 	bi = btrfs_inode_of(inode, e->fs_magic);
@@ -556,42 +596,6 @@ static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, _
 	}
 	fill_event(&pe->ev, WB_EV_CLOSE_PATH, BPF_CORE_READ(file, f_inode), fd, ino, start, end);
 	bpf_ringbuf_submit(pe, wakeup(batched));
-}
-
-/* User namespaces nest at most this deep (include/linux/user_namespace.h). */
-#define USERNS_MAX_LEVEL 32
-
-/*
- * Whose share a new entry of the current task counts in: its real uid in
- * the initial user namespace.  Inside a user namespace, whoever made the
- * outermost one below the initial: a user's subordinate uids (/etc/subuid,
- * LDAP or sssd ranges alike) are usable only inside namespaces that user
- * made, so a rootless container's many uids share their owner's half.  A
- * namespace root made (a system container, docker's userns-remap,
- * PrivateUsers=) is an owner of its own, by its inode number (0xF0000000
- * and above, beyond the uids in use): keyed on root, every such container
- * would share one half with root and the system's services, and one of
- * them could take it from all the others.
- */
-static __always_inline __u32 current_owner(void)
-{
-	struct task_struct *task = current_task();
-	const struct cred *cred = BPF_CORE_READ(task, cred);
-	struct user_namespace *ns = BPF_CORE_READ(cred, user_ns);
-	__u32 owner;
-
-	for (int i = 0; i < USERNS_MAX_LEVEL; i++) {
-		int level = BPF_CORE_READ(ns, level);
-
-		if (level <= 0)
-			break;
-		if (level == 1) {
-			owner = BPF_CORE_READ(ns, owner.val);
-			return owner ? owner : BPF_CORE_READ(ns, ns.inum);
-		}
-		ns = BPF_CORE_READ(ns, parent);
-	}
-	return BPF_CORE_READ(cred, uid.val);
 }
 
 /* The count of entries owner holds, made if missing.  NULL when

@@ -148,6 +148,79 @@ fn metrics_listen_serves_openmetrics() -> Result<()> {
     Ok(())
 }
 
+/// A user holding the metrics listener's connections open (each for up to
+/// 10 s before it says anything) took every slot: root's scrape got no
+/// answer.  Local peers are counted by the uid that owns their socket, a
+/// few slots each, as on the control socket.
+#[test]
+fn a_user_holding_metrics_connections_leaves_root_its_scrape() -> Result<()> {
+    require_root();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let addr = format!("127.0.0.1:{port}");
+    let d = Daemon::start_with_args(&["--metrics-listen", &addr])?;
+    std::thread::sleep(Duration::from_millis(1200));
+    let script = "import socket, sys, time\n\
+                  held = [socket.create_connection(('127.0.0.1', int(sys.argv[1]))) for _ in range(64)]\n\
+                  print('held', flush=True)\n\
+                  time.sleep(30)\n";
+    let mut hog =
+        as_nobody("/usr/bin/python3").args(["-c", script, &port.to_string()]).stdout(Stdio::piped()).spawn()?;
+    let mut line = String::new();
+    BufReader::new(hog.stdout.take().unwrap()).read_line(&mut line)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let scrape = (|| -> Result<String> {
+        let mut s = std::net::TcpStream::connect(&addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(3)))?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut s, &mut out)?;
+        Ok(out)
+    })();
+    hog.kill()?;
+    hog.wait()?;
+    let log = d.stop()?;
+    assert_eq!(line, "held\n", "the hog could not connect");
+    let scrape = scrape.unwrap_or_else(|e| format!("{e:#}"));
+    assert!(scrape.starts_with("HTTP/1.1 200"), "root's scrape beside nobody's 64 connections: {scrape}\n{log}");
+    Ok(())
+}
+
+/// The control group is checked against the groups the peer had when it
+/// connected (SO_PEERGROUPS), not those of whatever process has its pid
+/// when the daemon looks (/proc/<pid>/status): a member that connects and
+/// hands the connection to a child before the daemon accepts it is still a
+/// member.  The daemon is stopped (SIGSTOP) while the member connects and
+/// exits, so that the accept comes after; read from /proc, the gone
+/// process's groups made it an outsider.
+#[test]
+fn a_group_member_s_connection_outlives_its_process() -> Result<()> {
+    require_root();
+    let d = Daemon::start_with_args(&["--control-group", "4243"])?;
+    let script = "import os, socket, sys, time\n\
+                  s = socket.socket(socket.AF_UNIX)\n\
+                  s.connect(sys.argv[1])\n\
+                  if os.fork():\n    os._exit(0)\n\
+                  time.sleep(1)\n\
+                  s.sendall(b'{\"v\":1,\"cmd\":\"status\"}\\n')\n\
+                  print(s.makefile().readline()[:40], flush=True)\n";
+    let stop = |sig: &str| run(Command::new("kill").arg(sig).arg(d.pid().to_string()));
+    stop("-STOP")?;
+    let mut member = Command::new("setpriv")
+        .args(["--reuid=4242", "--regid=4242", "--groups=4243", "--"])
+        .args(["/usr/bin/python3", "-c", script])
+        .arg(d.socket())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let exited = member.wait();
+    stop("-CONT")?;
+    exited?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(member.stdout.as_mut().unwrap(), &mut text)?;
+    let log = d.stop()?;
+    assert!(text.contains("\"ok\":true"), "a member's connection refused: {text:?}\n{log}");
+    Ok(())
+}
+
 #[test]
 fn unit_file_verifies() -> Result<()> {
     // systemd-analyze checks the unit's syntax and that ExecStart exists:

@@ -455,3 +455,31 @@ fn missing_btf_is_a_clear_error() -> Result<()> {
     assert!(stderr.contains("CONFIG_DEBUG_INFO_BTF") && !stderr.contains("panicked"), "unclear: {stderr}");
     Ok(())
 }
+
+/// The lock and the journals are root's alone whatever the umask: a
+/// `--restore` run by hand under a permissive umask made a lock file any
+/// user could open and `flock`, and then every start and every restore
+/// was refused for as long as that user held it.
+#[test]
+fn the_lock_is_root_s_whatever_the_umask() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    require_root();
+    let lock = "/run/writebehindd/lock";
+    for f in [lock, "/run/writebehindd/lock.swap"] {
+        let _ = std::fs::remove_file(f);
+    }
+    let exe = wb_tests::daemon::daemon_exe();
+    let restore = Command::new("sh").arg("-c").arg(format!("umask 0; exec {} --restore", exe.display())).output()?;
+    anyhow::ensure!(restore.status.success(), "--restore: {}", String::from_utf8_lossy(&restore.stderr));
+    let mode = std::fs::metadata(lock)?.permissions().mode() & 0o777;
+    let mut holder = as_nobody("flock").args(["-n", lock, "sleep", "10"]).spawn()?;
+    std::thread::sleep(Duration::from_millis(300));
+    let held = holder.try_wait()?.is_none();
+    let started = Daemon::start();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(mode, 0o600, "the lock made under umask 0 is {mode:o}");
+    assert!(!held, "nobody holds the daemon's lock");
+    started.context("a start beside nobody's attempt")?.stop()?;
+    Ok(())
+}

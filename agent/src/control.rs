@@ -20,7 +20,7 @@ use anyhow::{Context, Result, bail};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::{UnixListener, UnixStream},
-    sync::{Semaphore, mpsc},
+    sync::mpsc,
 };
 
 use crate::{
@@ -199,7 +199,7 @@ pub async fn serve(
         // Credentials first: a peer that may not read takes no slot.
         let Ok(cred) = stream.peer_cred() else { continue };
         let uid = cred.uid();
-        if uid != 0 && !read_group.is_some_and(|g| in_group(cred.pid(), cred.gid(), g)) {
+        if uid != 0 && !read_group.is_some_and(|g| in_group(&stream, cred.gid(), g)) {
             turn_away(stream, &refused);
             continue;
         }
@@ -321,17 +321,72 @@ async fn reply(w: &mut (impl AsyncWriteExt + Unpin), r: &Response) -> Result<()>
     Ok(())
 }
 
-/// Whether process `pid` (primary group `gid`) is in group `group`,
-/// counting its supplementary groups (/proc/<pid>/status).
-fn in_group(pid: Option<i32>, gid: u32, group: u32) -> bool {
-    if gid == group {
-        return true;
+/// Whether the peer (primary group `gid`) is in group `group`, counting
+/// its supplementary groups as they were when it connected
+/// (SO_PEERGROUPS).  Not from /proc/<pid>/status, which is the process
+/// that has that pid when the daemon looks: the peer may have exited, or
+/// handed the connection on.
+fn in_group(stream: &UnixStream, gid: u32, group: u32) -> bool {
+    use std::os::fd::AsRawFd;
+    gid == group || peer_groups(stream.as_raw_fd()).is_some_and(|g| g.contains(&group))
+}
+
+/// SO_PEERGROUPS (Linux 4.13): the supplementary groups of the process
+/// that connected, as the socket recorded them then.  Its value is 59 on
+/// every architecture the package is built for (asm-generic/socket.h).
+const SO_PEERGROUPS: libc::c_int = 59;
+
+fn peer_groups(fd: std::os::fd::RawFd) -> Option<Vec<u32>> {
+    let mut groups = vec![0u32; 64];
+    for _ in 0..2 {
+        let mut len = (groups.len() * 4) as libc::socklen_t;
+        let got =
+            unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, SO_PEERGROUPS, groups.as_mut_ptr().cast(), &mut len) };
+        if got == 0 {
+            groups.truncate(len as usize / 4);
+            return Some(groups);
+        }
+        // ERANGE: len now says how much room the groups need.
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::ERANGE) {
+            return None;
+        }
+        groups.resize(len as usize / 4 + 1, 0);
     }
-    let Some(pid) = pid else { return false };
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
-    text.lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(group)))
+    None
+}
+
+/// The user the metrics listener counts peers from other hosts as.
+const REMOTE: u32 = u32::MAX - 1;
+
+/// The uid that owns a local TCP peer's socket: the line of
+/// /proc/net/tcp{,6} (this network namespace's) whose local address is
+/// the peer's and remote address ours.  None for a peer on another host.
+fn tcp_peer_uid(me: std::net::SocketAddr, peer: std::net::SocketAddr) -> Option<u32> {
+    let hex = |a: std::net::SocketAddr| match a.ip() {
+        // The kernel prints each 32-bit word of the address in host order.
+        std::net::IpAddr::V4(ip) => format!("{:08X}:{:04X}", u32::from_ne_bytes(ip.octets()), a.port()),
+        std::net::IpAddr::V6(ip) => {
+            let words: String = ip
+                .octets()
+                .chunks(4)
+                .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+                .collect();
+            format!("{words}:{:04X}", a.port())
+        }
+    };
+    // A dual-stack listener sees an IPv4 peer as ::ffff:a.b.c.d.
+    let v4 = |a: std::net::SocketAddr| match a.ip() {
+        std::net::IpAddr::V6(ip) => ip.to_ipv4_mapped().map_or(a, |v4| std::net::SocketAddr::new(v4.into(), a.port())),
+        _ => a,
+    };
+    let (me, peer) = (v4(me), v4(peer));
+    let (theirs, ours) = (hex(peer), hex(me));
+    let table = if peer.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
+    let text = std::fs::read_to_string(table).ok()?;
+    text.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&theirs.as_str()) && f.get(2) == Some(&ours.as_str())).then(|| f.get(7)?.parse().ok())?
+    })
 }
 
 /// The cgroup v2 path of a process ("0::/system.slice/x.service").
@@ -348,11 +403,15 @@ pub async fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Mutex<Sh
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "metrics listener unusable"),
     };
-    let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
+    let slots = Arc::new(Slots::default());
     let mut failing = false;
     loop {
-        let Some((mut stream, _)) = accepted(listener.accept().await, &mut failing).await else { continue };
-        let Ok(permit) = slots.clone().try_acquire_owned() else { continue };
+        let Some((mut stream, peer)) = accepted(listener.accept().await, &mut failing).await else { continue };
+        // Counted per local user, as on the control socket: a user holding
+        // connections open (each for up to IDLE) took every slot, and the
+        // fleet's scraper got none.  Peers from elsewhere share one user.
+        let user = stream.local_addr().ok().and_then(|me| tcp_peer_uid(me, peer)).unwrap_or(REMOTE);
+        let Some(permit) = slots.take(user) else { continue };
         let shared = shared.clone();
         tokio::spawn(async move {
             let mut head = Vec::new();

@@ -7,7 +7,7 @@ use std::{
     collections::{HashMap, HashSet},
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
     },
     time::{Duration, Instant},
 };
@@ -16,6 +16,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 
 use crate::{
     abi::{wb_device, wb_event},
+    backing::Backing,
     bandwidth::{self, Active, Estimator, Sizing},
     pacing::Pacer,
     policy::{OnBattery, Policy},
@@ -40,6 +41,9 @@ pub struct DeviceShared {
     chunk: AtomicU64,
     /// Spans end at multiples of it (0: anywhere; see compress_grain).
     grain: u64,
+    /// A user sets its speed (backing.rs): its flusher thread counts among
+    /// the few such devices may have (flusher.rs, USER_DEVICE_THREADS).
+    user_made: AtomicBool,
 }
 
 impl DeviceShared {
@@ -51,7 +55,14 @@ impl DeviceShared {
             window: AtomicU64::new(1 << 20),
             chunk: AtomicU64::new(1 << 20),
             grain: 0,
+            user_made: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a user sets the device's speed (their FUSE server, a loop
+    /// device over their file, a mount in their namespace).
+    pub fn user_made(&self) -> bool {
+        self.user_made.load(Relaxed)
     }
 
     /// Whether a span ending at `end` is flushed: on a device with a grain
@@ -100,6 +111,9 @@ struct Device {
     max_request: u64,
     /// The kernel has the bdi's pacing knobs (read once: a bdi keeps them).
     knobs: bool,
+    /// What backs it: a device whose speed a user sets drives no lever
+    /// unless the root policy says `pace_user_devices` (backing.rs).
+    backing: Backing,
     /// What BPF was last told (wb_device).
     pushed_bw: u64,
     pushed_batch: bool,
@@ -179,10 +193,12 @@ impl Devices {
                     window: AtomicU64::new(window),
                     chunk: AtomicU64::new(bandwidth::chunk(initial_bw, in_flight, max_request)),
                     grain,
+                    user_made: AtomicBool::new(false),
                 }),
                 sb_devs: HashSet::new(),
                 max_request,
                 knobs: self.pacer.available(&bdi),
+                backing: Backing::Disk,
                 pushed_bw: 0,
                 pushed_batch: false,
                 last_busy: None,
@@ -194,10 +210,25 @@ impl Devices {
         dev.last_event = Instant::now();
         dev.shared.est.lock().unwrap().kernel(ev.bdi_bw_pages * self.page_size);
         dev.dirty = (ev.bdi_dirty_pages as i64).max(0) as u64 * self.page_size;
-        if dev.sb_devs.insert(ev.sb_dev)
-            && let Some(m) = &mut self.map
-        {
-            let _ = m.insert(ev.sb_dev, dev.entry(dev.shared.bandwidth(), dev.pushed_batch), 0);
+        if dev.sb_devs.insert(ev.sb_dev) {
+            // Each superblock of the device is looked at once: one a user
+            // made (a FUSE mount on a shared anonymous bdi cannot be, but
+            // a loop device may carry several) makes the whole bdi theirs.
+            let backing = Backing::of(&bdi, &sb_dev_name(ev.sb_dev), &crate::sys::mounts());
+            if backing.user_made() || dev.sb_devs.len() == 1 {
+                if backing.user_made() && !dev.backing.user_made() {
+                    tracing::info!(
+                        bdi,
+                        backing = %backing.describe(),
+                        "a user sets this device's speed: it paces nobody unless the root policy says pace_user_devices"
+                    );
+                }
+                dev.backing = backing;
+                dev.shared.user_made.store(backing.user_made(), Relaxed);
+            }
+            if let Some(m) = &mut self.map {
+                let _ = m.insert(ev.sb_dev, dev.entry(dev.shared.bandwidth(), dev.pushed_batch), 0);
+            }
         }
         dev.shared.clone()
     }
@@ -281,13 +312,14 @@ impl Devices {
 
     fn tick_one(&mut self, bdi: &str, active: Active) {
         let sizing = self.sizing();
-        let pacing = self.policy.pacing && !(self.on_battery && self.policy.on_battery == OnBattery::Off);
+        let mut pacing = self.policy.pacing && !(self.on_battery && self.policy.on_battery == OnBattery::Off);
         let fixed = self.initial_window();
         let in_flight = self.policy.in_flight_seconds;
         let stream_dirty = self.policy.stream_dirty.0;
         let Some(dev) = self.devs.get_mut(bdi) else {
             return;
         };
+        pacing &= self.policy.pace_user_devices || !dev.backing.user_made();
         let bw = dev.shared.bandwidth();
         dev.shared.chunk.store(bandwidth::chunk(bw, in_flight, dev.max_request), Relaxed);
         // BPF sizes each writer's window from bw with its own policy; the
@@ -344,6 +376,7 @@ impl Devices {
                 dirty: d.dirty,
                 paced_budget: d.budget,
                 lever: self.pacer.lever_of(bdi).into(),
+                backing: d.backing.describe(),
             })
             .collect();
         v.sort_by(|a, b| a.bdi.cmp(&b.bdi));
@@ -379,8 +412,13 @@ const BTRFS_EXTENT: u64 = 128 << 20;
 /// Read when the device is first seen: a remount with other options
 /// takes effect at the daemon's next start.
 fn compress_grain(sb_dev: u32) -> u64 {
-    let dev = format!("{}:{}", sb_dev >> 20, sb_dev & 0xfffff);
+    let dev = sb_dev_name(sb_dev);
     crate::sys::mounts().iter().find(|m| m.dev == dev).map_or(0, |m| grain_for(&m.fstype, &m.options))
+}
+
+/// A kernel dev_t as mountinfo writes it ("major:minor").
+fn sb_dev_name(sb_dev: u32) -> String {
+    format!("{}:{}", sb_dev >> 20, sb_dev & 0xfffff)
 }
 
 fn grain_for(fstype: &str, options: &str) -> u64 {

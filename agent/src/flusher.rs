@@ -263,7 +263,19 @@ struct Queue {
     full_logged: bool,
     /// When it was last given a batch.
     last: Instant,
+    /// Its device's speed is a user's to set (DeviceShared::user_made).
+    user_made: bool,
 }
+
+/// Threads for devices whose speed a user sets, at once.  A thread stuck in
+/// the kernel on a stalled device (a FUSE server that stopped answering,
+/// in the middle of a writeback the thread waits for) cannot be ended, and
+/// every thread counts against the unit's TasksMax (64): a user stalling
+/// one FUSE mount after another took every task the daemon had.  Beyond
+/// this many, such devices' writeback is left to the kernel, counted as
+/// no_thread; disks, sticks and the administrator's mounts are not held
+/// back by it.
+pub const USER_DEVICE_THREADS: usize = 8;
 
 /// A device's thread is ended once it was given nothing for this long (and
 /// has nothing queued), and started again at its next batch.  Every FUSE
@@ -279,11 +291,19 @@ pub struct Flushers {
     stopping: Arc<AtomicBool>,
     /// A failed thread start was logged (again once one starts).
     no_thread_logged: bool,
+    /// USER_DEVICE_THREADS was reached and logged (again once below it).
+    user_threads_logged: bool,
 }
 
 impl Flushers {
     pub fn new(counters: Arc<Counters>) -> Self {
-        Self { devices: HashMap::new(), counters, stopping: Arc::new(AtomicBool::new(false)), no_thread_logged: false }
+        Self {
+            devices: HashMap::new(),
+            counters,
+            stopping: Arc::new(AtomicBool::new(false)),
+            no_thread_logged: false,
+            user_threads_logged: false,
+        }
     }
 
     /// Queues a batch for the device's thread, or leaves it to the kernel:
@@ -293,6 +313,19 @@ impl Flushers {
     pub fn submit(&mut self, bdi: &str, device: &Arc<DeviceShared>, batch: Batch) {
         let n = batch.flushes.len();
         if !self.devices.contains_key(bdi) {
+            let user_threads = self.devices.values().filter(|q| q.user_made).count();
+            if device.user_made() && user_threads >= USER_DEVICE_THREADS {
+                self.counters.errors_add(ErrorKind::NoThread, n as u64);
+                if !std::mem::replace(&mut self.user_threads_logged, true) {
+                    tracing::warn!(
+                        bdi,
+                        max = USER_DEVICE_THREADS,
+                        "devices users made already have their flusher threads: this one's writeback is left to the kernel"
+                    );
+                }
+                return;
+            }
+            self.user_threads_logged &= user_threads + 1 >= USER_DEVICE_THREADS;
             match self.start(bdi, device) {
                 Ok(q) => {
                     self.devices.insert(bdi.to_owned(), q);
@@ -333,7 +366,7 @@ impl Flushers {
         let mut submitter = Submitter::new(device.clone(), self.counters.clone(), self.stopping.clone());
         let drained = backlog.clone();
         let handle = thread::Builder::new().name(format!("flush-{bdi}")).spawn(move || submitter.run(rx, &drained))?;
-        Ok(Queue { tx, handle, backlog, full_logged: false, last: Instant::now() })
+        Ok(Queue { tx, handle, backlog, full_logged: false, last: Instant::now(), user_made: device.user_made() })
     }
 
     /// Whether the device has a flusher thread.
@@ -736,7 +769,14 @@ mod tests {
             let (tx, rx) = mpsc::channel();
             std::mem::forget(rx);
             let backlog = Arc::new(Backlog::default());
-            let q = Queue { tx, handle: thread::spawn(|| ()), backlog, full_logged: false, last: Instant::now() };
+            let q = Queue {
+                tx,
+                handle: thread::spawn(|| ()),
+                backlog,
+                full_logged: false,
+                last: Instant::now(),
+                user_made: false,
+            };
             f.devices.insert(format!("hung{d}"), q);
             for i in 0..MAX_QUEUED as u64 {
                 let file = ClosedFile { path: Some(path.clone()), ..batch(1, i).flushes.remove(0).target_file() };
@@ -765,7 +805,7 @@ mod tests {
         let backlog = Arc::new(Backlog::default());
         f.devices.insert(
             "hung".into(),
-            Queue { tx, handle, backlog: backlog.clone(), full_logged: false, last: Instant::now() },
+            Queue { tx, handle, backlog: backlog.clone(), full_logged: false, last: Instant::now(), user_made: false },
         );
         let dev = Arc::new(DeviceShared::for_tests());
         for i in 0..(MAX_QUEUED as u64 + 100) {

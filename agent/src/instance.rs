@@ -27,6 +27,8 @@ use std::{
 
 use anyhow::{Context, Result};
 
+use writebehindd::sys::private_file;
+
 pub const LOCK: &str = "/run/writebehindd/lock";
 
 /// Why a claim was refused: another process holds the lock.
@@ -57,19 +59,11 @@ impl Instance {
     /// Takes the lock, or over from a killed holder that cannot exit; fails
     /// with `Running` if a live process holds it.
     pub fn claim(path: &Path) -> Result<Self> {
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
         // Each retry follows a takeover by another claim; a few suffice.
         for _ in 0..4 {
             // Not truncated on open: until we hold the lock, the pid in it
             // is the running instance's.
-            let mut file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(path)
+            let mut file = private_file(path, OpenOptions::new().read(true).write(true).create(true).truncate(false))
                 .with_context(|| format!("opening {}", path.display()))?;
             let _swap = lock_swap(path)?;
             if lock(&file).with_context(|| format!("locking {}", path.display()))? {
@@ -125,11 +119,7 @@ fn names(path: &Path, file: &File) -> Result<bool> {
 /// two seconds (a claimant stopped while holding it must not hang the rest).
 fn lock_swap(path: &Path) -> Result<File> {
     let swap_path = path.with_extension("swap");
-    let swap = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&swap_path)
+    let swap = private_file(&swap_path, OpenOptions::new().write(true).create(true).truncate(false))
         .with_context(|| format!("opening {}", swap_path.display()))?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     while !lock(&swap).with_context(|| format!("locking {}", swap_path.display()))? {
@@ -148,11 +138,7 @@ fn take_over(path: &Path, held: &File) -> Result<Option<Instance>> {
     }
     let fresh = path.with_extension("new");
     let _ = fs::remove_file(&fresh);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&fresh)
+    let mut file = private_file(&fresh, OpenOptions::new().read(true).write(true).create_new(true))
         .with_context(|| format!("creating {}", fresh.display()))?;
     anyhow::ensure!(lock(&file)?, "{} is locked by another process", fresh.display());
     writeln!(file, "{}", std::process::id())?;

@@ -3,15 +3,17 @@
 //!
 //! Modules by responsibility: `loader` (load and attach BPF), `intake` (ring
 //! buffer), `streams` (stream table), `flusher` (per-device submitters),
-//! `devices` (per-device windows and pacing), `bandwidth` (the estimator and
+//! `devices` (per-device windows and pacing), `backing` (who sets a
+//! device's speed), `bandwidth` (the estimator and
 //! window arithmetic), `pacing` (bdi dirty limits), `power`, `handles`
 //! (closed files by file handle), `policy` (keys), `policies` (files, per
 //! cgroup), `cgroups` (policies to BPF by cgroup id), `control` (the socket),
-//! `status` (what it reports, and the protocol), `counters`, `owners` (whose
-//! a uid is, for the per-user share), `shares` (each user's half of BPF's
-//! stream map), `sys` (syscall wrappers), `abi` (generated).
+//! `status` (what it reports, and the protocol), `counters`, `shares` (each
+//! owner's half of BPF's stream map), `sys` (syscall wrappers), `abi`
+//! (generated).
 
 pub mod abi;
+pub mod backing;
 pub mod bandwidth;
 pub mod cgroups;
 pub mod control;
@@ -21,7 +23,6 @@ pub mod flusher;
 pub mod handles;
 pub mod intake;
 pub mod loader;
-pub mod owners;
 pub mod pacing;
 pub mod policies;
 pub mod policy;

@@ -216,11 +216,18 @@ impl Pacer {
             Some(e) => e.original.clone(),
             None => now,
         };
+        // Never above the cap the administrator's ratio gave the device (a
+        // FUSE bdi's is 1 % of the system's limit): with a few streams a
+        // budget is more, and pacing raised it.
+        let budget = match (original.max_ratio_fine.parse::<u64>(), self.global.kernel_threshold()) {
+            (Ok(ppm), Some(limit)) if ppm < 1_000_000 => budget.min((limit as u128 * ppm as u128 / 1_000_000) as u64),
+            _ => budget,
+        };
         // Journal first, before every write and not only the first one: a
         // kill between a re-pace's writes must not lose the administrator's
         // values either.
         self.journal_writing(bdi, &original)?;
-        let wrote = self.write_cap(bdi, budget);
+        let wrote = self.write_cap(bdi, budget, &original);
         // Succeeded or not, what the knobs hold now is the agent's doing:
         // release compares against it (keeping the entry of an earlier
         // value here made a refused re-pace look like the administrator's
@@ -235,13 +242,13 @@ impl Pacer {
         Ok(true)
     }
 
-    fn write_cap(&self, bdi: &str, budget: u64) -> Result<()> {
+    fn write_cap(&self, bdi: &str, budget: u64, original: &Values) -> Result<()> {
         if write_knob(&self.knob(bdi, "max_bytes"), &budget.to_string()).is_err() {
             // The kernel refuses a max_bytes above the system's dirty limit
             // (EINVAL; the limit falls as memory fills, and 1,000 streams
             // ask for 32 GiB at stream_dirty each): the largest cap it has
-            // is all of it.
-            write_knob(&self.knob(bdi, "max_ratio_fine"), "1000000")?;
+            // is the administrator's own.
+            write_knob(&self.knob(bdi, "max_ratio_fine"), &original.max_ratio_fine)?;
         }
         write_knob(&self.knob(bdi, "strict_limit"), "1")
     }
@@ -411,11 +418,11 @@ fn bdi_name(name: &str) -> bool {
 /// the new one, never a part.  No fsync: /run is tmpfs, and a power loss
 /// takes the knobs' values with it too.
 fn write_journal(journal: &Path, text: &str) -> Result<()> {
-    if let Some(dir) = journal.parent() {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    use std::io::Write;
     let tmp = journal.with_extension("tmp");
-    fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    crate::sys::private_file(&tmp, fs::OpenOptions::new().write(true).create(true).truncate(true))
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .with_context(|| format!("writing {}", tmp.display()))?;
     fs::rename(&tmp, journal).with_context(|| format!("writing {}", journal.display()))
 }
 

@@ -88,6 +88,10 @@ policy_keys! {
     pacing: bool,
     /// The cap: this many seconds of the device's bandwidth.  Device-wide.
     dirty_seconds: f64,
+    /// Let devices whose speed a user sets (their FUSE mounts, loop devices
+    /// over their files, mounts in their namespaces) drive the pacing
+    /// levers too.  Device-wide.
+    pace_user_devices: bool,
     /// ...but while several streams share the device, this much for each
     /// (their files' extents are as long as what is written back of them
     /// at once).  Device-wide.
@@ -152,7 +156,8 @@ impl Show for OnBattery {
 
 /// Keys that act on a whole device, not on one cgroup's writers: only the
 /// root policy (a file's top level) may set them.
-pub const DEVICE_WIDE: [&str; 4] = ["in_flight_seconds", "pacing", "dirty_seconds", "stream_dirty"];
+pub const DEVICE_WIDE: [&str; 5] =
+    ["in_flight_seconds", "pacing", "dirty_seconds", "stream_dirty", "pace_user_devices"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -1,6 +1,10 @@
 //! Are we on battery?  Read from /sys/class/power_supply, as upower does:
 //! on battery when no mains (or USB) supply is online and a battery is
-//! discharging.  No supplies at all (servers, VMs) means mains.
+//! discharging.  No supplies at all (servers, VMs) means mains.  Only the
+//! machine's own supplies count: a Bluetooth mouse, a gamepad or a UPS's
+//! HID battery reports `scope` "Device" (the kernel's
+//! POWER_SUPPLY_SCOPE_DEVICE) and discharges on any desktop, which made it
+//! "on battery", with longer windows and budgets.
 
 use std::{fs, path::Path};
 
@@ -14,6 +18,9 @@ pub fn on_battery(dir: &Path) -> bool {
     let mut discharging = false;
     for e in entries.flatten() {
         let p = e.path();
+        if read(&p, "scope") == "Device" {
+            continue;
+        }
         match read(&p, "type").as_str() {
             "Mains" | "USB" if read(&p, "online") == "1" => return false,
             "Battery" if read(&p, "status") == "Discharging" => discharging = true,
@@ -49,6 +56,15 @@ mod tests {
         supply(&dir, "AC", &[("type", "Mains"), ("online", "0")]);
         supply(&dir, "BAT0", &[("type", "Battery"), ("status", "Full")]);
         assert!(!on_battery(&dir));
+        // A desktop's Bluetooth mouse (hid-generic names it hid-<mac>-battery).
+        supply(
+            &dir,
+            "hid-00:11:22:33:44:55-battery",
+            &[("type", "Battery"), ("scope", "Device"), ("status", "Discharging")],
+        );
+        assert!(!on_battery(&dir), "a peripheral's battery is not the machine's");
+        supply(&dir, "BAT0", &[("type", "Battery"), ("scope", "System"), ("status", "Discharging")]);
+        assert!(on_battery(&dir));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -50,6 +50,10 @@ pub struct DeviceStatus {
     /// "global" (vm.dirty_bytes); empty when not paced.
     #[serde(default)]
     pub lever: String,
+    /// What backs it ("disk", "network", "fuse (uid 1000's)", ...): a
+    /// device a user made drives no lever unless the policy says so.
+    #[serde(default)]
+    pub backing: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -4,7 +4,6 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
-    path::Path,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -16,7 +15,6 @@ use crate::{
     devices::{DeviceShared, Devices},
     flusher::{Batch, FLUSH_MEMORY, Flush, FlushMemory, Flushers, StreamFile, Target},
     handles::ClosedFile,
-    owners::Owners,
     status::printable,
     sys::{self, FileId},
 };
@@ -60,8 +58,8 @@ struct Stream {
     file: Arc<StreamFile>,
     /// The writer's descriptor at its latest window (it may dup and close).
     fd: i32,
-    /// The user whose share of the streams it takes: the writer's real
-    /// uid, or the owner of the subordinate range it is in (owners.rs).
+    /// The owner whose share of the streams it takes (BPF's current_owner:
+    /// the writer's real uid, or whoever made its user namespace).
     user: u32,
     comm: String,
     bdi: String,
@@ -149,8 +147,6 @@ pub struct StreamTable {
     max_held: usize,
     /// The held-files cap was logged (again once the table has drained).
     over_cap_logged: bool,
-    /// Whose each uid is, for the per-user share.
-    owners: Owners,
     /// What each device's writers dirtied lately, together.
     device_rates: HashMap<String, Rate>,
     /// What waiting flushes hold, in all of `pending`, `left` and the
@@ -185,7 +181,6 @@ impl StreamTable {
             next_id: 0,
             max_held,
             over_cap_logged: false,
-            owners: Owners::new(Path::new(crate::owners::SUBUID)),
             device_rates: HashMap::new(),
             memory: FlushMemory::new(FLUSH_MEMORY),
         }
@@ -201,7 +196,7 @@ impl StreamTable {
     /// FLUSH_MEMORY, or half of it are the writer's user's: the range is
     /// left to the kernel, counted as over_cap.
     fn flush_of(&self, ev: &wb_event, target: Target, dev: &DeviceShared) -> Option<Flush> {
-        let user = self.owners.owner(ev.uid);
+        let user = ev.owner;
         let f = Flush::new(target, dev.flush_start(ev.start), ev.end, user, &self.memory);
         if f.is_none() {
             self.counters.error(ErrorKind::OverCap);
@@ -286,11 +281,11 @@ impl StreamTable {
             self.by_handle(key, ev, dev);
             return false;
         }
-        let user = self.owners.owner(ev.uid);
+        let user = ev.owner;
         if let Err(why) = self.room_for(user) {
             self.counters.error(ErrorKind::OverCap);
             if !std::mem::replace(&mut self.over_cap_logged, true) {
-                tracing::warn!(max = self.max_held, uid = ev.uid, "{why}: new ones are left to the kernel");
+                tracing::warn!(max = self.max_held, owner = ev.owner, "{why}: new ones are left to the kernel");
             }
             return false;
         }
@@ -324,7 +319,7 @@ impl StreamTable {
             last_bytes: 0,
         };
         tracing::info!(
-            pid = key.tgid, uid = ev.uid, comm = %printable(&stream.comm), fd = ev.fd, ino = key.file.ino,
+            pid = key.tgid, owner = ev.owner, comm = %printable(&stream.comm), fd = ev.fd, ino = key.file.ino,
             bdi = %stream.bdi, "stream started"
         );
         self.counters.add(&self.counters.streams_started, 1);
@@ -536,7 +531,6 @@ impl StreamTable {
     /// Only streams with no span in the last second are checked (a
     /// procfs read each).
     pub fn reap(&mut self) {
-        self.owners.refresh();
         let gone: Vec<(StreamKey, &'static str)> = self
             .streams
             .iter()

@@ -3,7 +3,10 @@
 use std::{
     ffi::{CStr, CString},
     io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+    os::{
+        fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+        unix::ffi::OsStrExt,
+    },
     path::Path,
 };
 
@@ -187,6 +190,42 @@ fn cached_statx(dirfd: RawFd, path: &CStr, flags: i32) -> io::Result<(FileId, li
     }
     let dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
     Ok((FileId { dev, ino: stx.stx_ino }, stx.stx_mode as libc::mode_t & libc::S_IFMT))
+}
+
+/// The owner of what `path` names, from the inode in memory
+/// (AT_STATX_DONT_SYNC: a FUSE or NFS server is not asked).
+pub fn cached_owner(path: &Path) -> io::Result<u32> {
+    let path = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let flags = libc::AT_STATX_DONT_SYNC | libc::AT_NO_AUTOMOUNT;
+    if unsafe { libc::statx(libc::AT_FDCWD, path.as_ptr(), flags, libc::STATX_UID, &mut stx) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(stx.stx_uid)
+}
+
+/// Opens (or creates) one of the daemon's own files under /run, readable
+/// and writable by root alone whatever the umask: a foreground run or a
+/// `--restore` by hand under umask 022 made a world-readable lock, which
+/// any user could open and `flock`, refusing every start and every
+/// restore.  Its directory is made root's (0755) too: one that others
+/// could write (umask 0) would let them swap a journal for a symlink.
+pub fn private_file(path: &Path, opts: &mut std::fs::OpenOptions) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)?;
+        let meta = std::fs::symlink_metadata(dir)?;
+        if meta.permissions().mode() & 0o022 != 0
+            && std::os::unix::fs::MetadataExt::uid(&meta) == unsafe { libc::geteuid() }
+        {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    let file = opts.mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok(file)
 }
 
 /// Whether process `pid` still has the file `id` open as `fd`: a statx of

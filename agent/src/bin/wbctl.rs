@@ -200,8 +200,8 @@ fn status_text(s: &Status) -> String {
 
 fn devices_text(d: &[DeviceStatus]) -> String {
     let mut out = format!(
-        "{:<10} {:>12} {:>10} {:>10} {:>10} {:>19}\n",
-        "DEVICE", "BANDWIDTH", "WINDOW", "IN FLIGHT", "DIRTY", "PACING"
+        "{:<10} {:>12} {:>10} {:>10} {:>10} {:>19}  {}\n",
+        "DEVICE", "BANDWIDTH", "WINDOW", "IN FLIGHT", "DIRTY", "PACING", "BACKING"
     );
     for d in d {
         let pacing = match (d.paced_budget, d.lever.as_str()) {
@@ -210,13 +210,14 @@ fn devices_text(d: &[DeviceStatus]) -> String {
             (b, _) => format!("cap {}", mib(b)),
         };
         out += &format!(
-            "{:<10} {:>10}/s {:>10} {:>10} {:>10} {:>19}\n",
+            "{:<10} {:>10}/s {:>10} {:>10} {:>10} {:>19}  {}\n",
             printable(&d.bdi),
             mib(d.bandwidth),
             mib(d.window),
             mib(d.chunk),
             mib(d.dirty),
-            pacing
+            pacing,
+            printable(&d.backing)
         );
     }
     if d.is_empty() {

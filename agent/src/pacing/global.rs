@@ -116,8 +116,21 @@ pub struct Global {
     ours: Option<(u64, u64)>,
     /// The limit in force, 0 when the administrator's are.
     limit: u64,
+    /// The threshold the kernel enforced when the agent took the lever
+    /// (vmstat's nr_dirty_threshold: the ratio's share of memory, or the
+    /// bytes): no limit the agent writes is above it.  A budget grows with
+    /// each writer of a paced device, and a few hundred streams on a user's
+    /// own FUSE mount asked for more than the machine's memory.
+    ceiling: u64,
     /// The administrator changed a value while the agent's were in force.
     hands_off: bool,
+    /// The administrator's values as the agent last found them, and every
+    /// dirty_bytes and dirty_background_bytes it wrote in this run: what a
+    /// tool that saved the sysctls while the lever held and writes them
+    /// back later (tuned, laptop-mode-tools, `sysctl -p` of a saved file)
+    /// leaves behind (see `undo_written_back`).
+    seen_original: Option<Limits>,
+    written: std::collections::BTreeSet<u64>,
     /// A previous run's values were found journaled at start.
     recovered: bool,
 }
@@ -140,7 +153,10 @@ impl Global {
             original: None,
             ours: None,
             limit: 0,
+            ceiling: u64::MAX,
             hands_off: false,
+            seen_original: None,
+            written: Default::default(),
             recovered: false,
         };
         me.recover();
@@ -217,6 +233,9 @@ impl Global {
     /// Brings the limit a step closer to the paced devices' budgets (every
     /// device tick).
     pub fn tick(&mut self) {
+        if self.original.is_none() {
+            self.undo_written_back();
+        }
         if self.budgets.is_empty() || self.hands_off {
             return;
         }
@@ -227,17 +246,64 @@ impl Global {
 
     /// The limit wanted now: the budgets' sum, but never below the dirty
     /// level of the moment (see the module's comment), and never above the
-    /// administrator's own bytes limit.
-    fn wanted(&self, original: &Limits) -> Result<u64> {
+    /// threshold the kernel enforced before (`ceiling`).
+    fn wanted(&self) -> Result<u64> {
         let target = self.budgets.values().sum::<u64>().max(FLOOR);
         let dirty = self.dirty()?;
         let above = dirty + dirty / ABOVE_DIRTY + MIB / 2;
         let from = if self.limit == 0 { u64::MAX } else { self.limit };
-        let mut want = target.max(above.min(from));
-        if original.dirty_bytes != 0 {
-            want = want.min(original.dirty_bytes);
+        let want = target.max(above.min(from)).div_ceil(self.page_size) * self.page_size;
+        Ok(want.min(self.ceiling))
+    }
+
+    /// The system's dirty threshold in force now, in bytes (vmstat's
+    /// nr_dirty_threshold), if the kernel says.
+    pub fn kernel_threshold(&self) -> Option<u64> {
+        threshold_pages(&self.vmstat).map(|p| p * self.page_size)
+    }
+
+    /// The kernel's own threshold now, in bytes: what the administrator's
+    /// values come to (`dirty_bytes`, or `dirty_ratio` of the memory that
+    /// can be dirtied).  Their bytes where vmstat does not say.
+    fn threshold(&self, now: &Limits) -> u64 {
+        let pages = threshold_pages(&self.vmstat);
+        match (pages, now.dirty_bytes) {
+            (Some(p), _) => p * self.page_size,
+            (None, 0) => u64::MAX,
+            (None, bytes) => bytes,
         }
-        Ok(want.div_ceil(self.page_size) * self.page_size)
+    }
+
+    /// While the administrator's values are in force: puts them back if
+    /// the limits hold what the agent wrote in this run, or a threshold of
+    /// 0 where the administrator had none.  While the lever holds,
+    /// `dirty_ratio` reads 0 (the kernel zeroes a pair's other half), so a
+    /// tool that saved the sysctls then and writes them back later leaves
+    /// the agent's few MiB in force for good, or, writing the ratio alone,
+    /// a threshold of 0: every write then waits for writeback, worse than
+    /// the kernel's default.
+    fn undo_written_back(&mut self) {
+        let Some(original) = self.seen_original.clone() else { return };
+        let Ok(now) = self.read() else { return };
+        // In each pair the bytes are in force where the ratio reads 0.
+        let ours = |bytes: u64, ratio: u64| ratio == 0 && bytes != 0 && self.written.contains(&bytes);
+        let zero =
+            |l: &Limits| (l.dirty_bytes, l.dirty_ratio) == (0, 0) || (l.background_bytes, l.background_ratio) == (0, 0);
+        if !(ours(now.dirty_bytes, now.dirty_ratio)
+            || ours(now.background_bytes, now.background_ratio)
+            || (zero(&now) && !zero(&original)))
+        {
+            return;
+        }
+        tracing::warn!(
+            now = %now.describe(), restoring = %original.describe(),
+            "the global dirty limits hold what this daemon wrote while pacing, though it paces nothing now \
+             (a tool that saves and restores sysctls wrote them back): putting the administrator's values back"
+        );
+        if let Err(e) = write_limits(&self.vm, &original) {
+            tracing::warn!(error = %format!("{e:#}"), "could not restore the global dirty limits");
+            self.seen_original = None; // not every tick
+        }
     }
 
     fn apply(&mut self) -> Result<()> {
@@ -248,16 +314,20 @@ impl Global {
                 return self.step_aside(&now, &o);
             }
             (Some(o), _) => o.clone(),
-            (None, _) => now.clone(),
+            (None, _) => {
+                self.ceiling = self.threshold(&now);
+                now.clone()
+            }
         };
-        let want = self.wanted(&original)?;
+        let want = self.wanted()?;
         if self.limit != 0 && want.abs_diff(self.limit) < (self.limit / SLACK).max(64 * self.page_size) {
             return Ok(());
         }
-        if self.limit == 0 && original.dirty_bytes != 0 && want >= original.dirty_bytes {
-            // The administrator's limit is already as low: nothing to lower.
+        if self.limit == 0 && want >= self.ceiling {
+            // The kernel's threshold is already as low: nothing to lower.
             return Ok(());
         }
+        self.seen_original = Some(original.clone());
         self.original = Some(original);
         self.ours = None;
         self.save_journal()?;
@@ -266,6 +336,7 @@ impl Global {
             .and_then(|()| write_value(&self.vm, "dirty_bytes", want));
         let after = self.read()?;
         self.ours = Some((after.dirty_bytes, after.background_bytes));
+        self.written.extend([after.dirty_bytes, after.background_bytes]);
         self.limit = want;
         self.save_journal()?;
         wrote
@@ -313,6 +384,8 @@ impl Global {
         match parse_journal(&text) {
             Ok((original, ours)) => {
                 self.recovered = true;
+                self.seen_original = Some(original.clone());
+                self.written.extend(ours.iter().flat_map(|&(d, b)| [d, b]));
                 self.original = Some(original);
                 self.ours = ours;
                 tracing::info!("restoring global dirty limits left set by a previous run");
@@ -377,6 +450,13 @@ pub fn dirty_pages(vmstat: &Path) -> Result<u64> {
         .sum())
 }
 
+/// vmstat's nr_dirty_threshold: the global limit balance_dirty_pages()
+/// works to now, in pages.
+fn threshold_pages(vmstat: &Path) -> Option<u64> {
+    let text = fs::read_to_string(vmstat).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("nr_dirty_threshold ")?.trim().parse().ok())
+}
+
 /// A journal line: the four original values, then what the agent wrote
 /// (`*\t*` while writing).  Numbers only: nothing else is ever written back.
 fn parse_journal(text: &str) -> Result<(Limits, Option<(u64, u64)>)> {
@@ -387,10 +467,10 @@ fn parse_journal(text: &str) -> Result<(Limits, Option<(u64, u64)>)> {
     let n = |s: &str| s.parse::<u64>().with_context(|| format!("{s:?} is not a number"));
     let original =
         Limits { dirty_bytes: n(d)?, dirty_ratio: n(r)?, background_bytes: n(bd)?, background_ratio: n(br)? };
-    if (original.dirty_bytes == 0 && original.dirty_ratio == 0)
-        || original.dirty_ratio > 100
-        || original.background_ratio > 100
-    {
+    // Ratios of 0 are the kernel's too (an administrator's vm.dirty_ratio =
+    // 0): refusing them left the agent's values in force with the journal
+    // deleted.
+    if original.dirty_ratio > 100 || original.background_ratio > 100 {
         bail!("not a kernel's dirty limits: {}", original.to_line());
     }
     let ours = if (wd, wb) == ("*", "*") { None } else { Some((n(wd)?, n(wb)?)) };
@@ -451,6 +531,12 @@ mod tests {
         fn dirty(&self, bytes: u64) {
             let pages = bytes / 4096;
             fs::write(self.dir.join("vmstat"), format!("nr_free_pages 1\nnr_dirty {pages}\nnr_writeback 0\n")).unwrap();
+        }
+        /// The dirty level and the kernel's threshold, as vmstat reports it.
+        fn dirty_below(&self, bytes: u64, threshold: u64) {
+            let (pages, limit) = (bytes / 4096, threshold / 4096);
+            let text = format!("nr_dirty {pages}\nnr_writeback 0\nnr_dirty_threshold {limit}\n");
+            fs::write(self.dir.join("vmstat"), text).unwrap();
         }
         fn journal(&self) -> PathBuf {
             self.dir.join("journal")
@@ -572,9 +658,68 @@ mod tests {
     }
 
     #[test]
+    fn no_limit_is_written_above_the_kernels_threshold() {
+        let vm = FakeVm::new("ceiling", 0);
+        vm.dirty_below(0, 40 * MIB);
+        let mut g = vm.global();
+        assert!(g.pace("0:50", 64 * MIB).unwrap());
+        assert_eq!(vm.get("dirty_ratio"), 20, "a budget above the threshold lowers nothing");
+        assert!(!vm.journal().exists());
+        g.release("0:50");
+        assert!(g.pace("8:16", 8 * MIB).unwrap());
+        assert_eq!(vm.get("dirty_bytes"), 8 * MIB);
+        assert!(g.pace("0:50", 64 * MIB).unwrap());
+        assert_eq!(vm.get("dirty_bytes"), 40 * MIB, "the sum, 72 MiB, held at the threshold");
+        g.release("0:50");
+        assert_eq!(vm.get("dirty_bytes"), 8 * MIB);
+        g.release_all();
+        assert_eq!(vm.get("dirty_ratio"), 20);
+    }
+
+    #[test]
+    fn a_journal_of_an_administrators_ratio_of_zero_is_restored() {
+        let vm = FakeVm::new("zero", 8 * MIB);
+        vm.set("dirty_background_bytes", 4 * MIB);
+        vm.set("dirty_background_ratio", 0);
+        fs::write(vm.journal(), format!("0\t0\t0\t10\t{}\t{}\n", 8 * MIB, 4 * MIB)).unwrap();
+        let g = vm.global();
+        assert!(g.recovered());
+        assert_eq!((vm.get("dirty_ratio"), vm.get("dirty_background_ratio")), (0, 10));
+        assert!(!vm.journal().exists());
+    }
+
+    #[test]
+    fn limits_a_tool_writes_back_are_undone() {
+        let vm = FakeVm::new("tool", 0);
+        let mut g = vm.global();
+        assert!(g.pace("8:16", 8 * MIB).unwrap());
+        // What `sysctl -a` saw while the lever held.
+        let saved = [("dirty_bytes", 8 * MIB), ("dirty_ratio", 0), ("dirty_background_bytes", 4 * MIB)];
+        g.release_all();
+        vm.set("dirty_bytes", 0);
+        vm.set("dirty_background_bytes", 0);
+        assert_eq!(vm.get("dirty_ratio"), 20);
+        for (k, v) in saved {
+            vm.set(k, v);
+        }
+        vm.set("dirty_background_ratio", 0);
+        g.tick();
+        assert_eq!((vm.get("dirty_ratio"), vm.get("dirty_background_ratio")), (20, 10), "the saved bytes undone");
+        // Only the ratio written back: a threshold of 0.
+        vm.set("dirty_bytes", 0);
+        vm.set("dirty_ratio", 0);
+        g.tick();
+        assert_eq!(vm.get("dirty_ratio"), 20, "a threshold of 0 undone");
+        // The administrator's own values since are theirs.
+        vm.set("dirty_ratio", 30);
+        g.tick();
+        assert_eq!(vm.get("dirty_ratio"), 30);
+    }
+
+    #[test]
     fn a_malformed_journal_writes_nothing() {
         for line in
-            ["../../etc\t20\t0\t10\t1\t1\n", "0\t20\t0\t10\n", "0\t0\t0\t10\t1\t1\n", "1 ; rm\t20\t0\t10\t*\t*\n"]
+            ["../../etc\t20\t0\t10\t1\t1\n", "0\t20\t0\t10\n", "0\t101\t0\t10\t1\t1\n", "1 ; rm\t20\t0\t10\t*\t*\n"]
         {
             let vm = FakeVm::new("malformed", 0);
             vm.set("dirty_bytes", 5 * MIB);

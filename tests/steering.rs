@@ -1,0 +1,205 @@
+//! Who may steer the dirty limits.  Pacing lowers a limit other writers
+//! share: a bdi's own, or on kernels before 6.2 the whole system's
+//! `vm.dirty_bytes`.  A device whose speed a user sets (their own FUSE
+//! server) must not let them hold it; no lever may raise a limit above
+//! what the kernel enforced before; and a tool that saved the sysctls while
+//! the lever held must not leave the daemon's values in force for good.
+//! Every writer here is nobody (setpriv), as in tests/hardening.rs.
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use wb_tests::{daemon, *};
+
+/// Every write of 1 MiB crosses a window; every writer streams at once.
+const POLICY: &str = "window = \"1MiB\"\nburst = \"1MiB\"\n";
+const FUSE_SLOW: &str = include_str!("attacks/fuse_slow.py");
+
+/// /dev/fuse open to every user, as Debian's desktops have it (0666; this
+/// host's is 0600), until dropped.
+struct FuseForAll(u32);
+
+impl FuseForAll {
+    fn new() -> Result<Self> {
+        let was = std::fs::metadata("/dev/fuse").context("/dev/fuse")?.permissions().mode() & 0o7777;
+        std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(0o666))?;
+        Ok(Self(was))
+    }
+}
+
+impl Drop for FuseForAll {
+    fn drop(&mut self) {
+        let _ = std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(self.0));
+    }
+}
+
+/// What a daemon did while nobody copied `mib` MiB at 20 MiB/s into a FUSE
+/// filesystem of its own, mounted in a user and mount namespace of its own
+/// (`unshare -Urm`, no root, no fusermount): whether any device was
+/// paced, and the largest max_ratio_fine its bdi held meanwhile.
+fn nobodys_fuse_copy(daemon: &Daemon, mib: u64) -> Result<(bool, u64)> {
+    let dir = Scratch::new("nobodys-fuse")?;
+    std::os::unix::fs::chown(&dir.0, Some(65534), Some(65534))?;
+    let mut server = Background::spawn(
+        as_nobody("unshare")
+            .args(["-Urm", "/usr/bin/python3", "-c", FUSE_SLOW])
+            .arg(&dir.0)
+            .args(["20", &mib.to_string()])
+            .stdout(Stdio::piped()),
+    )?;
+    let (mut paced, mut ratio) = (false, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(mib / 20 * 3 + 10);
+    while server.0.try_wait()?.is_none() {
+        anyhow::ensure!(Instant::now() < deadline, "nobody's FUSE copy did not end:\n{}", daemon.log_text());
+        let out = daemon.wbctl().args(["status", "--json"]).output()?;
+        if let Ok(s) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+            for d in s["devices"].as_array().into_iter().flatten() {
+                paced |= d["paced_budget"].as_u64() > Some(0);
+                // A FUSE bdi is named for its anonymous device, "0:N".
+                let bdi = d["bdi"].as_str().unwrap_or("?");
+                if bdi.starts_with("0:")
+                    && let Ok(r) = std::fs::read_to_string(format!("/sys/class/bdi/{bdi}/max_ratio_fine"))
+                {
+                    ratio = ratio.max(r.trim().parse().unwrap_or(0));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut out = String::new();
+    std::io::Read::read_to_string(server.0.stdout.as_mut().context("stdout")?, &mut out)?;
+    anyhow::ensure!(out.trim() == "done", "nobody's FUSE copy failed ({out:?}):\n{}", daemon.log_text());
+    Ok((paced, ratio))
+}
+
+/// A user's own FUSE filesystem, whose speed its server sets, drives no
+/// lever: before, nobody writing to it at 20 MiB/s held the system's
+/// `vm.dirty_bytes` (kernels before 6.2) or its bdi's cap for as long as
+/// it liked.  With `pace_user_devices = true` the administrator opts such
+/// devices in, and they are paced (which shows this test can tell).
+#[test]
+fn a_users_own_fuse_mount_steers_no_limit() -> Result<()> {
+    require_root();
+    let _fuse = FuseForAll::new()?;
+    let before = VmLimits::now()?;
+    for lever in ["global", "bdi"] {
+        let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(POLICY), &["--pacing-lever", lever])?;
+        let (paced, _) = nobodys_fuse_copy(&daemon, 100)?;
+        let log = daemon.stop()?;
+        assert!(!paced, "{lever}: nobody's own FUSE mount was paced:\n{log}");
+        assert!(log.contains("a user sets this device's speed"), "{lever}: not said:\n{log}");
+        assert_eq!(VmLimits::now()?, before);
+    }
+    let opted_in = format!("{POLICY}pace_user_devices = true\n");
+    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(&opted_in), &["--pacing-lever", "global"])?;
+    let (paced, _) = nobodys_fuse_copy(&daemon, 100)?;
+    let log = daemon.stop()?;
+    assert!(paced, "opted in, nobody's FUSE mount was not paced:\n{log}");
+    assert_eq!(VmLimits::now()?, before);
+    Ok(())
+}
+
+/// No lever raises a limit.  A budget grows with the device's bandwidth
+/// and its writers; here `dirty_seconds = 600` makes one writer's budget
+/// gigabytes, above the kernel's threshold.  The per-device lever on an
+/// opted-in FUSE bdi, whose cap the kernel keeps at 1 % of the system's
+/// limit (max_ratio_fine 10000), wrote `max_ratio_fine` 1000000 when the
+/// kernel refused so large a max_bytes; the global lever wrote the budget
+/// as `vm.dirty_bytes`, above the ratio's own threshold.
+#[test]
+fn no_lever_raises_a_limit_above_the_kernels() -> Result<()> {
+    require_root();
+    let policy = format!("{POLICY}pace_user_devices = true\ndirty_seconds = 600\n");
+    let _fuse = FuseForAll::new()?;
+    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(&policy), &["--pacing-lever", "bdi"])?;
+    let (paced, ratio) = nobodys_fuse_copy(&daemon, 100)?;
+    let log = daemon.stop()?;
+    println!("a FUSE bdi paced with a budget of 600 s: max_ratio_fine at most {ratio}");
+    assert!(paced, "not paced at all:\n{log}");
+    assert!(ratio > 0 && ratio <= 10_000, "the FUSE bdi's 1 % cap was raised to {ratio} ppm:\n{log}");
+
+    let before = VmLimits::now()?;
+    let vmstat = std::fs::read_to_string("/proc/vmstat")?;
+    let threshold: u64 = vmstat
+        .lines()
+        .find_map(|l| l.strip_prefix("nr_dirty_threshold "))
+        .context("nr_dirty_threshold")?
+        .trim()
+        .parse::<u64>()?
+        * 4096;
+    let fs = Mounted::new(LoopDevice::throttled(1024, 30 * MIB)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(&policy), &["--pacing-lever", "global"])?;
+    let mut w = Background::spawn(
+        as_nobody("sh").arg("-c").arg(format!("head -c 256M /dev/zero | pv -qL 100m > {}", dir.join("f").display())),
+    )?;
+    let mut highest = 0u64;
+    while w.0.try_wait()?.is_none() {
+        highest = highest.max(knob::read("/proc/sys/vm/dirty_bytes")?.parse()?);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = daemon.stop()?;
+    println!(
+        "global lever, a budget of 600 s: vm.dirty_bytes at most {} MiB, the threshold {} MiB",
+        highest / MIB,
+        threshold / MIB
+    );
+    assert!(highest <= threshold, "vm.dirty_bytes {highest} above the kernel's threshold {threshold}:\n{log}");
+    assert_eq!(VmLimits::now()?, before);
+    Ok(())
+}
+
+/// While the global lever holds, `vm.dirty_ratio` reads 0.  A tool that
+/// saved the sysctls then (`sysctl -a > saved`) and writes them back later
+/// (`sysctl -p saved`, tuned, laptop-mode-tools) left the daemon's few MiB
+/// in force for good, or, writing the ratio alone, a threshold of 0.  The
+/// daemon puts the administrator's values back, and leaves the
+/// administrator's own later change alone.
+#[test]
+fn sysctls_a_tool_writes_back_do_not_stay() -> Result<()> {
+    require_root();
+    let before = VmLimits::now()?;
+    let _guards = before.set()?;
+    let fs = Mounted::new(LoopDevice::throttled(1024, 30 * MIB)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(POLICY), &["--pacing-lever", "global"])?;
+    let mut w = Background::spawn(
+        as_nobody("sh").arg("-c").arg(format!("head -c 192M /dev/zero | pv -qL 100m > {}", dir.join("f").display())),
+    )?;
+    wait_until("the global lever holds", Duration::from_secs(10), || Ok(VmLimits::now()? != before))?;
+    let saved = VmLimits::now()?;
+    w.wait()?;
+    wait_until("the administrator's values back", Duration::from_secs(20), || Ok(VmLimits::now()? == before))?;
+    // `sysctl -p` of what `sysctl -a` printed: its order, alphabetical.
+    let write_back = |limits: &VmLimits| -> Result<()> {
+        for (k, v) in [
+            ("vm.dirty_background_bytes", &limits.background_bytes),
+            ("vm.dirty_background_ratio", &limits.background_ratio),
+            ("vm.dirty_bytes", &limits.dirty_bytes),
+            ("vm.dirty_ratio", &limits.dirty_ratio),
+        ] {
+            run(std::process::Command::new("sysctl").arg("-qw").arg(format!("{k}={v}")))?;
+        }
+        Ok(())
+    };
+    write_back(&saved)?;
+    let written_back = VmLimits::now()?;
+    let undone = wait_until("the saved limits undone", Duration::from_secs(3), || Ok(VmLimits::now()? == before));
+    run(std::process::Command::new("sysctl").args(["-qw", "vm.dirty_ratio=0"]))?;
+    let zero_undone = wait_until("a threshold of 0 undone", Duration::from_secs(3), || Ok(VmLimits::now()? == before));
+    let mine = VmLimits { dirty_ratio: "30".into(), ..before.clone() };
+    let _mine = mine.set()?;
+    std::thread::sleep(Duration::from_secs(1));
+    let kept = VmLimits::now()?;
+    let log = daemon.stop()?;
+    println!("saved while paced: {saved:?}; written back: {written_back:?}");
+    assert_ne!(written_back, before, "the write-back changed nothing: the test cannot tell");
+    undone.with_context(|| format!("the daemon's own limits stayed in force:\n{log}"))?;
+    zero_undone.with_context(|| format!("a threshold of 0 stayed:\n{log}"))?;
+    assert_eq!(kept, mine, "the administrator's own change was undone:\n{log}");
+    Ok(())
+}
