@@ -1,13 +1,13 @@
 //! Whose a kernel uid is, for the per-user share of streams (streams.rs).
 //!
 //! A user with an /etc/subuid range — what useradd gives every new user on
-//! Debian, Ubuntu and Fedora — runs containers whose processes write as
-//! any uid of that range.  Keyed on the kernel uid, each of them had a
-//! share of its own, and one user took every stream (#25, class 5).  Every
-//! uid of a range now counts as the range's owner.  An owner named in the
-//! file but not in /etc/passwd (a directory service's user) is keyed by its
-//! range's first uid: the range is still one user, though apart from the
-//! owner's own uid.  No NSS lookup: it could block the intake thread.
+//! Debian, Ubuntu and Fedora — runs containers whose processes write as any
+//! uid of that range.  Keyed on the kernel uid, each of them had a share of
+//! its own, and one user took every stream.  Every uid of a range now counts
+//! as the range's owner.  An owner named in the file but not in /etc/passwd
+//! (a directory service's user) is keyed by its range's first uid: the range
+//! is still one user, though apart from the owner's own uid.  No NSS lookup:
+//! it could block the intake thread.
 
 use std::{
     path::{Path, PathBuf},
