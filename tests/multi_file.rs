@@ -1,5 +1,5 @@
 //! Multi-file streaming writers (tar x, cp -r) and the costs write-behind
-//! must not add (seed 004): temp files and zero-then-overwrite written once.
+//! must not add: temp files and zero-then-overwrite written once.
 //!
 //! CI time: this file took 647 s with 2.5–3.2 GiB sources made per test on
 //! 8 GiB devices and tar x on three filesystems; 140 s with the sizes below
