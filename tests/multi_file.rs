@@ -177,7 +177,8 @@ fn cp_r_of_big_files_is_held() -> Result<()> {
 /// a multi-file writer too, and the child of the process that was started.
 /// ext4 only: the filesystems differ in nothing rsync does that cp -r does
 /// not already show, and CI's time is bounded (measured on all three:
-/// docs/measurements.md, session 2); it is ext4's big-file copy.
+/// docs/measurements.md, 'multi-file tests with pacing, rsync'); it is
+/// ext4's big-file copy.
 #[test]
 fn rsync_of_big_files_is_held() -> Result<()> {
     require_root();
