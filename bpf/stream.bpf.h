@@ -5,11 +5,10 @@
  * stream_write() / stream_close().  Everything about windows and events
  * lives here.
  *
- * Hot-path rules (seed 002: one global lock on a per-write path turned 30
- * cp's into a spinlock benchmark): a write only does lockless lookups and
- * in-place updates.  Locks are taken only when a file's state is created
- * (a per-bucket hash lock) and when an event is emitted (the ring buffer,
- * once per window).
+ * Hot-path rules (one global lock on a per-write path turned 30 cp's into a
+ * spinlock benchmark): a write only does lockless lookups and in-place
+ * updates.  Locks are taken only when a file's state is created (a per-bucket
+ * hash lock) and when an event is emitted (the ring buffer, once per window).
  */
 #ifndef STREAM_BPF_H
 #define STREAM_BPF_H
@@ -93,7 +92,7 @@ struct {
 	__type(value, struct wb_file_stream);
 } streams SEC(".maps");
 
-/* What each user holds of `streams` (#25 class 5).  The LRU is shared: a
+/* What each user holds of `streams`.  The LRU is shared: a
  * user holding more written files than it has entries, and writing to each
  * in turn, made a new entry at every write, each evicting the least
  * recently written one.  A writer slower than that churn (256 KiB a second
@@ -315,12 +314,12 @@ static __always_inline bool proc_streaming(struct wb_policy *pol, __u64 bytes)
 }
 
 /*
- * What write-behind may act on, filling `facts`.  Excluded (seeds 001, 004):
- * by the inode (inode_eligible), anything but a regular file, and files on
- * a bdi without writeback (tmpfs, ramfs: nothing to write back to); by the
- * open file (file_writable), O_DIRECT, O_SYNC/O_DSYNC and POSIX_FADV_RANDOM
- * (those writers manage their own writeback).  A page dirtied through a
- * mapping or io_uring has no file at hand: only its inode is checked.
+ * What write-behind may act on, filling `facts`.  Excluded: by the inode
+ * (inode_eligible), anything but a regular file, and files on a bdi without
+ * writeback (tmpfs, ramfs: nothing to write back to); by the open file
+ * (file_writable), O_DIRECT, O_SYNC/O_DSYNC and POSIX_FADV_RANDOM (those
+ * writers manage their own writeback).  A page dirtied through a mapping or
+ * io_uring has no file at hand: only its inode is checked.
  */
 static __always_inline bool inode_eligible(struct inode *inode, struct file_facts *facts)
 {
@@ -812,8 +811,9 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 	 * it was open, which never wrote to it, closes it at execve, with
 	 * close_range (python's subprocess) or at exit.  The writer still
 	 * holds it; acting on the child's close lost the writer's close, and
-	 * with it the file's tail (session 13: one close event instead of
-	 * two).  The latest writer owns the record (stream_advance). */
+	 * with it the file's tail (seen on the tracepoint backend: one close
+	 * event instead of two).  The latest writer owns the record
+	 * (stream_advance). */
 	if (s->tgid != (__u32)(bpf_get_current_pid_tgid() >> 32))
 		return;
 	cfg = wb_cfg();
@@ -839,7 +839,7 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
  * sync_file_range): it manages that file's writeback (a database and its
  * WAL, a package manager, Linus's loop).  Write-behind's windows on it would
  * only add writeback it did not ask for, and count the writer as streaming,
- * which paces its device.  pgbench beside a copy (session 14, ext4): its
+ * which paces its device.  pgbench beside a copy (ext4, 100 MiB/s): its
  * transactions' p99 392 -> 208 ms, what its cgroup at mode "off" gets
  * (202), and the device held 72.6 -> 11.6 MiB (the database had counted as
  * a second streaming writer: stream_dirty twice over).

@@ -152,8 +152,9 @@ int BPF_PROG(wb_sys_exit, struct pt_regs *regs, long ret)
 
 /* What a syscall tracepoint program returns: nonzero lets the kernel go on
  * to the event's perf listeners (perf_syscall_enter() skips them on 0).
- * Returning 0 hid these syscalls from `perf record -e syscalls:...` and
- * `perf trace` while the daemon ran (found tracing fdatasync for issue 26). */
+ * Returning 0 hid these syscalls from `perf record -e syscalls:...` and `perf
+ * trace` while the daemon ran (found tracing what an fdatasync beside a copy
+ * waits for). */
 #define KEEP_EVENT 1
 
 SEC("tracepoint/syscalls/sys_enter_close")

@@ -1,6 +1,6 @@
-//! Issue 15, class 5: a user creates cgroups by the ten thousand in the
-//! subtree systemd delegated to them.  A system service's policy must still
-//! reach BPF, and the daemon's every-second walk must stay cheap.
+//! A user creates cgroups by the ten thousand in the subtree systemd
+//! delegated to them.  A system service's policy must still reach BPF, and
+//! the daemon's every-second walk must stay cheap.
 
 use std::time::Duration;
 

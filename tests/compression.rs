@@ -1,11 +1,10 @@
-//! Issue 24: btrfs mounted with `compress` (Fedora mounts it
-//! compress=zstd:1) marks a file incompressible for good when one 128 KiB
-//! piece of a range it writes back fails to save a block, and its
-//! writeback of a compressed file runs on to the end of the dirty range.
-//! Windows flushed right behind a writer therefore ended where the writer
-//! was, often in a piece of a few KiB, which cannot save a block: a big
-//! file was soon written uncompressed.  The daemon now flushes such a
-//! filesystem in whole extents.
+//! btrfs mounted with `compress` (Fedora mounts it compress=zstd:1) marks a
+//! file incompressible for good when one 128 KiB piece of a range it writes
+//! back fails to save a block, and its writeback of a compressed file runs on
+//! to the end of the dirty range.  Windows flushed right behind a writer
+//! therefore ended where the writer was, often in a piece of a few KiB, which
+//! cannot save a block: a big file was soon written uncompressed.  The daemon
+//! now flushes such a filesystem in whole extents.
 
 use std::process::Command;
 

@@ -1,5 +1,5 @@
-//! The operator's surface (issue 7): wbctl against the real daemon over its
-//! control socket, privileges, malformed requests, metrics, the unit file.
+//! The operator's surface: wbctl against the real daemon over its control
+//! socket, privileges, malformed requests, metrics, the unit file.
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -292,8 +292,8 @@ fn an_unprivileged_writer_moves_only_its_own_file() -> Result<()> {
 }
 
 /// A process name an unprivileged user chose reaches root's terminal only
-/// escaped (issue 15, class 6): clear screen, set the window title, an
-/// 8-bit CSI and a newline, 15 bytes, all a comm holds.
+/// escaped: clear screen, set the window title, an 8-bit CSI and a newline,
+/// 15 bytes, all a comm holds.
 #[test]
 fn hostile_process_names_are_printed_escaped() -> Result<()> {
     require_root();
@@ -350,9 +350,9 @@ fn raw_controls(out: &[u8]) -> Vec<u8> {
 }
 
 /// A user who may read (here: nobody, in the control group) and opens 200
-/// connections holds a few client slots, not all of them: root's wbctl
-/// still answers at once.  A user who may not read is turned away at once,
-/// told how to get access (issue 15, class 4).
+/// connections holds a few client slots, not all of them: root's wbctl still
+/// answers at once.  A user who may not read is turned away at once, told how
+/// to get access.
 #[test]
 fn a_user_holding_connections_does_not_lock_root_out() -> Result<()> {
     require_root();

@@ -1,6 +1,6 @@
-//! Issue 15: a root daemon acting on what unprivileged processes do.  Every
-//! attack here is made by a real unprivileged process (setpriv to nobody);
-//! the scripts are in tests/attacks/.
+//! A root daemon acting on what unprivileged processes do.  Every attack here
+//! is made by a real unprivileged process (setpriv to nobody); the scripts
+//! are in tests/attacks/.
 
 use std::{
     io::{BufRead, BufReader, Read},
@@ -120,10 +120,11 @@ fn status_within(daemon: &Daemon, within: Duration) -> Result<Option<String>> {
     Ok(out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned()))
 }
 
-/// Class 1: between a window's event and the agent's open, the writer puts
-/// a FIFO and a device node (by O_PATH: no read permission needed) at the
-/// event's descriptor.  The daemon opens neither, not even for a moment
-/// (inotify sees every real open); the writer's own file is still flushed.
+/// A writer swaps its descriptor: between a window's event and the agent's
+/// open, the writer puts a FIFO and a device node (by O_PATH: no read
+/// permission needed) at the event's descriptor.  The daemon opens neither,
+/// not even for a moment (inotify sees every real open); the writer's own
+/// file is still flushed.
 #[test]
 fn only_the_written_file_is_ever_opened() -> Result<()> {
     require_root();
@@ -148,10 +149,10 @@ fn only_the_written_file_is_ever_opened() -> Result<()> {
     Ok(())
 }
 
-/// Class 1: the writer puts a file whose open never returns (a FUSE
-/// server's) at its descriptor.  The daemon keeps serving its socket and
-/// stops cleanly: no open it makes can stall the thread that drains events,
-/// answers wbctl and pings the watchdog.
+/// A writer swaps in a file whose open hangs: the writer puts a file whose
+/// open never returns (a FUSE server's) at its descriptor.  The daemon
+/// keeps serving its socket and stops cleanly: no open it makes can stall
+/// the thread that drains events, answers wbctl and pings the watchdog.
 #[test]
 fn a_file_whose_open_hangs_stalls_nothing() -> Result<()> {
     require_root();
@@ -179,9 +180,9 @@ fn a_file_whose_open_hangs_stalls_nothing() -> Result<()> {
     Ok(())
 }
 
-/// Class 3: the daemon stops while a device hangs in writeback (its cap
-/// dropped to 4 KiB/s under a paced stream).  The knobs it paced with come
-/// back at once, not when the device gets round to it.
+/// A device hangs in writeback as the daemon stops (its cap dropped to 4
+/// KiB/s under a paced stream).  The knobs it paced with come back at once,
+/// not when the device gets round to it.
 #[test]
 fn stopping_with_a_hung_device_restores_its_knobs_at_once() -> Result<()> {
     require_root();
@@ -214,9 +215,10 @@ fn stopping_with_a_hung_device_restores_its_knobs_at_once() -> Result<()> {
     Ok(())
 }
 
-/// Class 2: a writer streams, then keeps its file open and stops writing.
-/// After `quiet` (5 s) its stream no longer counts, and the device — every
-/// writer of it, other users' too — is no longer paced.
+/// A writer keeps a device paced by idling: it streams, then keeps its file
+/// open and stops writing.  After `quiet` (5 s) its stream no longer
+/// counts, and the device — every writer of it, other users' too — is no
+/// longer paced.
 #[test]
 fn a_writer_that_stops_writing_stops_pacing() -> Result<()> {
     require_root();
@@ -241,11 +243,11 @@ fn a_writer_that_stops_writing_stops_pacing() -> Result<()> {
     Ok(())
 }
 
-/// Class 2 (second round): one 16 MiB burst, then a one-byte file closed
-/// every second.  The closes alone kept the device paced — and every other
-/// writer of it throttled — for as long as they went on, at no cost to
-/// their user.  Now a writer counts only while it dirties a sixteenth of
-/// the device's bandwidth or more.
+/// A writer keeps a device paced with a trickle of closes: one 16 MiB
+/// burst, then a one-byte file closed every second.  The closes alone kept
+/// the device paced — and every other writer of it throttled — for as long
+/// as they went on, at no cost to their user.  Now a writer counts only
+/// while it dirties a sixteenth of the device's bandwidth or more.
 #[test]
 fn a_trickle_of_closes_does_not_keep_a_device_paced() -> Result<()> {
     require_root();
@@ -276,9 +278,10 @@ fn a_trickle_of_closes_does_not_keep_a_device_paced() -> Result<()> {
     Ok(())
 }
 
-/// Class 4: a stream's file is closed without the close being seen (an
-/// O_CLOEXEC descriptor closed by execve).  The daemon lets go of it within
-/// a couple of seconds: the filesystem can be unmounted.
+/// A writer closes its file unseen: a stream's file is closed without the
+/// close being seen (an O_CLOEXEC descriptor closed by execve).  The daemon
+/// lets go of it within a couple of seconds: the filesystem can be
+/// unmounted.
 #[test]
 fn a_file_closed_unseen_is_let_go() -> Result<()> {
     require_root();
@@ -310,8 +313,9 @@ fn a_file_closed_unseen_is_let_go() -> Result<()> {
     Ok(())
 }
 
-/// Class 4: a user keeps 72,000 written files open (more than BPF's stream
-/// map holds).  Another user's stream is still tracked and flushed.
+/// A user fills BPF's stream map: it keeps 72,000 written files open (more
+/// than BPF's stream map holds).  Another user's stream is still tracked
+/// and flushed.
 #[test]
 fn a_user_with_many_open_files_leaves_others_tracked() -> Result<()> {
     require_root();
@@ -347,30 +351,31 @@ fn a_user_with_many_open_files_leaves_others_tracked() -> Result<()> {
     Ok(())
 }
 
-/// Class 5: a user holds 72,000 written files open (more than BPF's stream
-/// map holds) and writes to each in turn, so that every write of theirs
-/// makes a new entry.  In a shared LRU each new entry evicted the least
-/// recently written one: a slow writer's stream, evicted between its
-/// writes, started over at each and never crossed a window.  One user now
-/// holds at most half of the map; the writer beside them keeps its stream.
+/// A user churns BPF's stream map: it holds 72,000 written files open (more
+/// than BPF's stream map holds) and writes to each in turn, so that every
+/// write of theirs makes a new entry.  In a shared LRU each new entry
+/// evicted the least recently written one: a slow writer's stream, evicted
+/// between its writes, started over at each and never crossed a window.
+/// One user now holds at most half of the map; the writer beside them keeps
+/// its stream.
 #[test]
 fn a_user_churning_the_stream_map_leaves_a_slow_writer_streamed() -> Result<()> {
     churn_beside_a_slow_writer(Churner::User)
 }
 
-/// Class 5: the same churn by four uids of a user namespace the user made
-/// (a rootless container's, its subordinate uids).  Their entries count in
-/// the namespace owner's share: per uid, the four would have had a half
-/// each, and nobody would not have been at its share.
+/// A user churns the map as four uids of a user namespace it made (a rootless
+/// container's, its subordinate uids).  Their entries count in the namespace
+/// owner's share: per uid, the four would have had a half each, and nobody
+/// would not have been at its share.
 #[test]
 fn a_user_s_namespace_uids_churn_within_its_share() -> Result<()> {
     churn_beside_a_slow_writer(Churner::UsersNamespace)
 }
 
-/// Class 5: the same churn from a user namespace root made (a system
-/// container, docker's userns-remap, PrivateUsers=).  It is an owner of its
-/// own: counted as root's, it took root's half, and root's slow writer
-/// beside it got no entry at all.
+/// A container churns the map: the same churn from a user namespace root
+/// made (a system container, docker's userns-remap, PrivateUsers=).  It is
+/// an owner of its own: counted as root's, it took root's half, and root's
+/// slow writer beside it got no entry at all.
 #[test]
 fn a_container_root_made_churns_within_its_own_share() -> Result<()> {
     churn_beside_a_slow_writer(Churner::RootsNamespace)
@@ -448,13 +453,14 @@ fn churn_beside_a_slow_writer(churner: Churner) -> Result<()> {
     Ok(())
 }
 
-/// Class 1 (second round): a user keeps eight streamed files open and idle,
-/// holding 10,000 byte-range locks on each.  The once-a-second check that
-/// a stream's descriptor still names its file read /proc/<pid>/fdinfo, into
-/// which the kernel formats every lock the writer holds on the file: the
-/// intake thread paid for each of them at every check.  The check now costs
-/// the same whatever the writer holds.  (Measured here: one read of the
-/// fdinfo of a file under 10,000 locks takes 20 ms; making them, 0.3 s.)
+/// A user loads the intake thread with locks: it keeps eight streamed files
+/// open and idle, holding 10,000 byte-range locks on each.  The
+/// once-a-second check that a stream's descriptor still names its file read
+/// /proc/<pid>/fdinfo, into which the kernel formats every lock the writer
+/// holds on the file: the intake thread paid for each of them at every
+/// check.  The check now costs the same whatever the writer holds.
+/// (Measured here: one read of the fdinfo of a file under 10,000 locks
+/// takes 20 ms; making them, 0.3 s.)
 #[test]
 fn locks_on_a_streamed_file_cost_the_daemon_nothing() -> Result<()> {
     require_root();
@@ -482,11 +488,11 @@ fn locks_on_a_streamed_file_cost_the_daemon_nothing() -> Result<()> {
     Ok(())
 }
 
-/// Class 4 (second round): a device's flusher thread cannot be started —
-/// the unit's TasksMax is reached, here the daemon's v1 pids cgroup held
-/// at its count.  The failed spawn panicked the daemon.  Now that device's
-/// writeback is left to the kernel, counted as no_thread, and its thread
-/// starts once one can.
+/// A user exhausts the daemon's tasks: a device's flusher thread cannot be
+/// started — the unit's TasksMax is reached, here the daemon's v1 pids
+/// cgroup held at its count.  The failed spawn panicked the daemon.  Now
+/// that device's writeback is left to the kernel, counted as no_thread, and
+/// its thread starts once one can.
 #[test]
 fn a_thread_that_cannot_start_leaves_the_device_to_the_kernel() -> Result<()> {
     require_root();
@@ -515,9 +521,9 @@ fn a_thread_that_cannot_start_leaves_the_device_to_the_kernel() -> Result<()> {
     Ok(())
 }
 
-/// Class 4: a user floods the ring buffer with closes of tiny files while
-/// the agent is stopped for two seconds (as a busy agent would be).  The
-/// closes may fill half of it; another user's stream loses no window.
+/// A user floods the ring buffer with closes of tiny files while the agent is
+/// stopped for two seconds (as a busy agent would be).  The closes may fill
+/// half of it; another user's stream loses no window.
 #[test]
 fn a_flood_of_closes_leaves_room_for_streams() -> Result<()> {
     require_root();
@@ -550,8 +556,8 @@ fn a_flood_of_closes_leaves_room_for_streams() -> Result<()> {
     Ok(())
 }
 
-/// Class 4: one user's streams fill at most half of --max-streams; another
-/// user still gets a stream.
+/// A user takes every stream it can: one user's streams fill at most half
+/// of --max-streams; another user still gets a stream.
 #[test]
 fn one_user_cannot_take_every_stream() -> Result<()> {
     require_root();
@@ -625,13 +631,13 @@ fn a_namespace_s_uids_share_their_owner_s_half() -> Result<()> {
     Ok(())
 }
 
-/// Class 8: a user sets its written file's generation to 0 (ext4 without
-/// metadata_csum lets a file's owner, `chattr -v 0`), closes it, deletes it, and makes a FIFO
-/// that takes its inode number.  ext4 decodes a handle of generation 0
+/// A user sets its written file's generation to 0 (ext4 without metadata_csum
+/// lets a file's owner, `chattr -v 0`), closes it, deletes it, and makes a
+/// FIFO that takes its inode number.  ext4 decodes a handle of generation 0
 /// without checking it, and the agent opened what the handle reached before
-/// looking at it: the FIFO, for reading, which let the user's blocked
-/// writer through.  Handles of generation 0 are not used now, and a handle
-/// is opened O_PATH until it is known to be the regular file written.
+/// looking at it: the FIFO, for reading, which let the user's blocked writer
+/// through.  Handles of generation 0 are not used now, and a handle is opened
+/// O_PATH until it is known to be the regular file written.
 #[test]
 fn a_fifo_in_a_closed_file_s_place_is_never_opened() -> Result<()> {
     require_root();
@@ -680,10 +686,11 @@ time.sleep(8); opened=sum(1 for _,r,_ in ws if r)\n\
 for p,r,t in ws:\n    if not r: os.close(os.open(p,os.O_RDONLY|os.O_NONBLOCK)); t.join()\n\
 print(opened,reused)\n";
 
-/// Issue 25, class 7: a mount point is chosen by a user (a stick's label
-/// under /media/$USER, a FUSE mount), and one with a newline in it forged
-/// a log line attributed to the daemon.  Here the label comes from the
-/// test (udisks would mount it as root); the files are written by nobody.
+/// A user names a mount point: a mount point is chosen by a user (a stick's
+/// label under /media/$USER, a FUSE mount), and one with a newline in it
+/// forged a log line attributed to the daemon.  Here the label comes from
+/// the test (udisks would mount it as root); the files are written by
+/// nobody.
 #[test]
 fn a_mount_point_cannot_forge_a_log_line() -> Result<()> {
     require_root();
@@ -707,10 +714,11 @@ fn a_mount_point_cannot_forge_a_log_line() -> Result<()> {
     Ok(())
 }
 
-/// Issue 25, class 1: an accept that fails (EMFILE) leaves the connection
-/// queued, so the next accept fails at once; retried at once, it spun on
-/// the thread that also drains events.  The daemon's descriptors are
-/// capped at what it holds (prlimit), and a client connects.
+/// A user's connections run the daemon out of descriptors: an accept that
+/// fails (EMFILE) leaves the connection queued, so the next accept fails at
+/// once; retried at once, it spun on the thread that also drains events.
+/// The daemon's descriptors are capped at what it holds (prlimit), and a
+/// client connects.
 #[test]
 fn a_failing_accept_does_not_spin() -> Result<()> {
     require_root();
@@ -737,20 +745,20 @@ fn a_failing_accept_does_not_spin() -> Result<()> {
     Ok(())
 }
 
-/// Class 1, the flood itself: four processes of a user each open, append a
-/// byte to and close small files in a loop, faster than the agent handles
-/// the closes.  On this 2-core machine such a flood did not outrun the
-/// agent (the issue's own finding), so the agent gets 5 % of a CPU (a v1
-/// cpu cgroup quota), as a machine with many more cores than this one would
-/// outrun it.  A drain until the ring was empty never returned under it:
-/// `wbctl` got no answer and the watchdog's ping stopped, so systemd would
-/// have killed a daemon that was only busy.  Drained in slices, the daemon
-/// answers and pings while BPF sheds what the ring cannot hold.  And the
-/// agent sheds closes that waited half a second in the ring, of files it
-/// does not hold: what root's stream beside the flood waits for its
-/// windows to be read.  Handling every close, the longest wait was 1096
-/// and 1192 ms (2 runs); shedding at 1 s, 789 and 897; at 0.5 s, 691-694
-/// (3 runs).
+/// A user floods the agent with closes: four processes of a user each open,
+/// append a byte to and close small files in a loop, faster than the agent
+/// handles the closes.  On this 2-core machine such a flood did not outrun
+/// the agent (docs/measurements.md, 'a flood against a starved agent'), so
+/// the agent gets 5 % of a CPU (a v1 cpu cgroup quota), as a machine with
+/// many more cores than this one would outrun it.  A drain until the ring
+/// was empty never returned under it: `wbctl` got no answer and the
+/// watchdog's ping stopped, so systemd would have killed a daemon that was
+/// only busy.  Drained in slices, the daemon answers and pings while BPF
+/// sheds what the ring cannot hold.  And the agent sheds closes that waited
+/// half a second in the ring, of files it does not hold: what root's stream
+/// beside the flood waits for its windows to be read.  Handling every
+/// close, the longest wait was 1096 and 1192 ms (2 runs); shedding at 1 s,
+/// 789 and 897; at 0.5 s, 691-694 (3 runs).
 #[test]
 fn a_flood_faster_than_the_agent_leaves_it_answering() -> Result<()> {
     require_root();

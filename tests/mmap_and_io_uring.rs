@@ -1,10 +1,9 @@
-//! Writers no write hook sees (issue 18): stores through a shared mapping
-//! and io_uring's buffered writes dirty pages without a write syscall.  The
-//! dirtied-folio hook streams them like write() writers, held by pacing;
-//! io_uring's O_DIRECT writes dirty no page and stay untouched.  The
-//! writers are fio's mmap and io_uring engines on a device capped like a
-//! real disk (the uncapped loop device's budget, 0.1 s of ~1 GB/s, would
-//! hide what is held).
+//! Writers no write hook sees: stores through a shared mapping and io_uring's
+//! buffered writes dirty pages without a write syscall.  The dirtied-folio
+//! hook streams them like write() writers, held by pacing; io_uring's
+//! O_DIRECT writes dirty no page and stay untouched.  The writers are fio's
+//! mmap and io_uring engines on a device capped like a real disk (the
+//! uncapped loop device's budget, 0.1 s of ~1 GB/s, would hide what is held).
 
 use anyhow::Result;
 use wb_tests::*;

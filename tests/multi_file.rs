@@ -1,5 +1,5 @@
 //! Multi-file streaming writers (tar x, cp -r) and the costs write-behind
-//! must not add (seed 004): temp files and zero-then-overwrite written once.
+//! must not add: temp files and zero-then-overwrite written once.
 //!
 //! CI time: this file took 647 s with 2.5–3.2 GiB sources made per test on
 //! 8 GiB devices and tar x on three filesystems; 140 s with the sizes below
@@ -177,7 +177,8 @@ fn cp_r_of_big_files_is_held() -> Result<()> {
 /// a multi-file writer too, and the child of the process that was started.
 /// ext4 only: the filesystems differ in nothing rsync does that cp -r does
 /// not already show, and CI's time is bounded (measured on all three:
-/// docs/measurements.md, session 2); it is ext4's big-file copy.
+/// docs/measurements.md, 'multi-file tests with pacing, rsync'); it is
+/// ext4's big-file copy.
 #[test]
 fn rsync_of_big_files_is_held() -> Result<()> {
     require_root();

@@ -1,6 +1,6 @@
-//! Pacing through the bdi's own dirty limits (issue 5): set while a streaming
-//! writer is active, the administrator's values back afterwards — after a
-//! clean stop, and after kill -9 at the next start or by `writebehindd
+//! Pacing through the bdi's own dirty limits: set while a streaming writer is
+//! active, the administrator's values back afterwards — after a clean stop,
+//! and after kill -9 at the next start or by `writebehindd
 //! --restore` — and hands off once an administrator changes them.  One
 //! instance at a time: a second one, or `--restore`, refuses while one runs.
 
@@ -292,12 +292,12 @@ fn files_left_to_the_kernel_are_written_when_their_writer_ends() -> Result<()> {
     Ok(())
 }
 
-/// #25 class 3: a daemon killed while its flusher waits in the kernel on a
-/// stalled device (a FUSE-backed loop device that stopped answering, a dying
-/// stick; here the device's cap cut to 4 KiB/s) cannot finish exiting, and
-/// its lock stayed held for as long as the device stalled: `--restore`
-/// (the unit's ExecStopPost) and every restart were refused, and the device
-/// kept `strict_limit`.  Both now take over from such a holder.
+/// A daemon killed while its flusher waits in the kernel on a stalled device
+/// (a FUSE-backed loop device that stopped answering, a dying stick; here the
+/// device's cap cut to 4 KiB/s) cannot finish exiting, and its lock stayed
+/// held for as long as the device stalled: `--restore` (the unit's
+/// ExecStopPost) and every restart were refused, and the device kept
+/// `strict_limit`.  Both now take over from such a holder.
 #[test]
 fn a_daemon_killed_while_stuck_in_the_kernel_gives_way() -> Result<()> {
     require_root();

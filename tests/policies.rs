@@ -1,7 +1,6 @@
-//! Policies per cgroup (issue 6), with the real daemon and BPF: a cgroup
-//! whose policy is off is left alone while its neighbour streams; SIGHUP
-//! brings a changed window into force on the next span, and a broken file
-//! changes nothing.
+//! Policies per cgroup, with the real daemon and BPF: a cgroup whose policy
+//! is off is left alone while its neighbour streams; SIGHUP brings a changed
+//! window into force on the next span, and a broken file changes nothing.
 
 use std::time::Duration;
 

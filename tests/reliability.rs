@@ -1,8 +1,7 @@
-//! Faults and odd processes (issue 9): the daemon killed mid-stream, files
-//! deleted, renamed, truncated or replaced under a stream, a descriptor
-//! reused before the agent acts, a filesystem that fails under a stream.
-//! Data is checked by content; "never another file" by the daemon's own
-//! event log.
+//! Faults and odd processes: the daemon killed mid-stream, files deleted,
+//! renamed, truncated or replaced under a stream, a descriptor reused before
+//! the agent acts, a filesystem that fails under a stream.  Data is checked
+//! by content; "never another file" by the daemon's own event log.
 
 use std::{
     process::Command,

@@ -1,8 +1,7 @@
-//! Issue 15, class 7: closed files are reached by file handle through a
-//! mount of their filesystem, and distributions mount btrfs only by
-//! subvolume (subvol=root on /, subvol=@home on /home).  Their files must
-//! be flushed there too, and on a filesystem only a subdirectory of which
-//! is mounted (a bind mount).
+//! Closed files are reached by file handle through a mount of their
+//! filesystem, and distributions mount btrfs only by subvolume (subvol=root
+//! on /, subvol=@home on /home).  Their files must be flushed there too, and
+//! on a filesystem only a subdirectory of which is mounted (a bind mount).
 
 use std::{path::Path, process::Command, time::Duration};
 

@@ -1,5 +1,5 @@
 //! Per-device write bandwidth: what the windows and the pacing budget are
-//! sized from (seed 004: "tie it to the device's measured write bandwidth").
+//! sized from: they are tied to the device's measured write bandwidth.
 //!
 //! Two sources.  The agent's own writeback: the flusher times each range
 //! from submission to completion, counting only time the device was busy
@@ -172,7 +172,7 @@ impl Active {
 /// behind it anyway), and pacing for it throttles every other writer of the
 /// device.  Counting every close kept a device paced at no cost to the one
 /// who did it: a 16 MiB burst, then a 1-byte file closed each second, held
-/// `strict_limit` for as long as the closes went on (#25, class 2).
+/// `strict_limit` for as long as the closes went on.
 pub const MEANINGFUL: f64 = 16.0;
 
 /// Whether `bytes` dirtied every `per` is worth pacing a device of `bw` for.

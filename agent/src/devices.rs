@@ -28,10 +28,10 @@ use crate::{
 const LINGER: Duration = Duration::from_secs(2);
 /// The budget is rewritten only when it moved by more than this fraction.
 const BUDGET_SLACK: f64 = 0.1;
-/// A device with no event for this long, not paced, is forgotten (its
-/// record, and its entries in BPF's `devices` map): every FUSE mount is a
-/// device, and user namespaces let a user make any number of them (#25,
-/// class 4).  Seen again, it starts from the kernel's bandwidth estimate.
+/// A device with no event for this long, not paced, is forgotten (its record,
+/// and its entries in BPF's `devices` map): every FUSE mount is a device, and
+/// user namespaces let a user make any number of them.  Seen again, it starts
+/// from the kernel's bandwidth estimate.
 const DEVICE_IDLE: Duration = Duration::from_secs(600);
 
 /// What a device's flusher thread and the intake task share.

@@ -1,9 +1,9 @@
 //! One submitter thread per backing device.
 //!
-//! Seed 003: N threads submitting writeback to one disk seek it all over the
-//! place; one submitter keeps locality.  Every flush for a device goes
-//! through its thread, in fair rounds.  sync_file_range may block on a
-//! congested queue, which is why it runs here and not on the async runtime.
+//! N threads submitting writeback to one disk seek it all over the place; one
+//! submitter keeps locality.  Every flush for a device goes through its
+//! thread, in fair rounds.  sync_file_range may block on a congested queue,
+//! which is why it runs here and not on the async runtime.
 //!
 //! What a device has in flight is bounded, like Linus's loop: windows are
 //! submitted in chunks of `in_flight_seconds` of bandwidth (policy), and after
@@ -155,18 +155,17 @@ impl Flush {
 
 /// What the flushes waiting anywhere in the agent (a writer's batch, the
 /// files left to the kernel it remembers, a device's queue) may hold in
-/// memory together.  Each device's queue (MAX_QUEUED) and each writer's
-/// files (LEFT_FILES) are bounded, but every FUSE mount is a device, every
-/// process a writer, and on exFAT a closed file's path takes up to 4 KiB:
-/// without this one user could pin gigabytes in the root daemon (#25,
-/// class 4).  32 MiB is a quarter of a million flushes by handle, or
-/// `tar x` of 30,000 files with 150-byte paths seven times over.
+/// memory together.  Each device's queue (MAX_QUEUED) and each writer's files
+/// (LEFT_FILES) are bounded, but every FUSE mount is a device, every process
+/// a writer, and on exFAT a closed file's path takes up to 4 KiB: without
+/// this one user could pin gigabytes in the root daemon.  32 MiB is a quarter
+/// of a million flushes by handle, or `tar x` of 30,000 files with 150-byte
+/// paths seven times over.
 pub const FLUSH_MEMORY: usize = 32 << 20;
 
 /// The bytes waiting flushes hold, in all and by user, against a limit:
 /// one user's at most half of what the others leave, so that no user, nor
-/// two together, can take everyone else's write-behind away by filling it
-/// (#25, class 5).
+/// two together, can take everyone else's write-behind away by filling it.
 #[derive(Debug, Clone)]
 pub struct FlushMemory {
     used: Arc<Mutex<Shares>>,
@@ -281,7 +280,7 @@ pub const USER_DEVICE_THREADS: usize = 8;
 /// has nothing queued), and started again at its next batch.  Every FUSE
 /// mount is a device, and user namespaces let a user make any number of
 /// them: a thread kept for each device ever written would let one user
-/// make the daemon run out of tasks (#25, class 4).
+/// make the daemon run out of tasks.
 const THREAD_IDLE: Duration = Duration::from_secs(60);
 
 pub struct Flushers {
@@ -423,7 +422,7 @@ impl Flushers {
 pub const MAX_QUEUED: usize = 65_536;
 
 /// Flushes handed to a device's thread and not yet submitted, in all and
-/// by user (one user's at most half of what the others leave: #25, class 5).  Counted where they are
+/// by user (one user's at most half of what the others leave).  Counted where they are
 /// fed, not where they are drained: a thread hung in writeback (a dead
 /// disk) drains nothing, and its channel would otherwise grow without
 /// bound.  One feeder (the intake thread) adds; the device's thread takes
@@ -458,10 +457,10 @@ impl Backlog {
     }
 }
 
-/// Batches waiting on one device, by owner.  Service goes in rounds (seed
-/// 000): each round gives every owner with work one batch, owners in the
-/// order their oldest batch arrived, so a flood of small files cannot starve
-/// a big stream on the same device, nor the reverse.
+/// Batches waiting on one device, by owner.  Service goes in rounds: each
+/// round gives every owner with work one batch, owners in the order their
+/// oldest batch arrived, so a flood of small files cannot starve a big stream
+/// on the same device, nor the reverse.
 #[derive(Default)]
 struct Rounds {
     queues: HashMap<u64, VecDeque<Batch>>,

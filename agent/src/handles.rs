@@ -89,11 +89,11 @@ impl Layout {
     fn encode(self, f: &ClosedFile) -> Option<Vec<u8>> {
         let mut b = Vec::with_capacity(20);
         match self {
-            // ext2/3/4 decode a handle of generation 0 without checking
-            // it, and a file's owner can set that (FS_IOC_SETVERSION): such
-            // a handle would name whatever inode later takes the number
-            // (#25, class 8).  Generations are random, so a file that has
-            // 0 by chance is one in 2^32, left to the kernel.
+            // ext2/3/4 decode a handle of generation 0 without checking it,
+            // and a file's owner can set that (FS_IOC_SETVERSION): such a
+            // handle would name whatever inode later takes the number.
+            // Generations are random, so a file that has 0 by chance is one
+            // in 2^32, left to the kernel.
             Self::Ino32Gen if f.generation == 0 => return None,
             Self::Ino32Gen => b.extend_from_slice(&u32::try_from(f.ino).ok()?.to_ne_bytes()),
             Self::XfsIno64Gen => b.extend_from_slice(&f.ino.to_ne_bytes()),
@@ -258,7 +258,7 @@ fn by_path(mount: &Mount, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
 /// Opens `f` by handle through the mount whose root is `root`: O_PATH
 /// first, which calls no filesystem's or driver's open, and read-only only
 /// if that is the regular file BPF saw (a FIFO or device node that took
-/// the inode's place is never opened, #25 class 8).
+/// the inode's place is never opened).
 fn open_handle(root: &OwnedFd, layout: Layout, f: &ClosedFile) -> Result<OwnedFd, ErrorKind> {
     let bytes = layout.encode(f).ok_or(ErrorKind::NoHandle)?;
     let mut h = FileHandle {

@@ -5,18 +5,17 @@
 //! exclusive flock on /run/writebehindd/lock for its whole life, and
 //! `--restore` takes it before touching anything.
 //!
-//! The kernel drops the lock when the holder's file table goes, which is
-//! when its last thread exits.  A killed daemon whose flusher thread sits
-//! in D state (`sync_file_range` on a stalled device: a FUSE-backed loop
-//! device that stopped answering, a dying stick) cannot finish exiting, and
-//! held the lock for as long as the device stayed stalled: `--restore` and
-//! every restart were refused, and the device kept `strict_limit` (#25,
-//! class 3).  Such a holder runs no more user code, so a claim takes over
-//! from it: a fresh lock file, locked, is renamed over the old one.  Every
-//! claim checks and writes under a second lock (`lock.swap`, held for
-//! microseconds), so a takeover and a claim that finds the holder just gone
-//! cannot both win.  (Part of the daemon binary, not the library: only it
-//! runs this.)
+//! The kernel drops the lock when the holder's file table goes, which is when
+//! its last thread exits.  A killed daemon whose flusher thread sits in D
+//! state (`sync_file_range` on a stalled device: a FUSE-backed loop device
+//! that stopped answering, a dying stick) cannot finish exiting, and held the
+//! lock for as long as the device stayed stalled: `--restore` and every
+//! restart were refused, and the device kept `strict_limit`.  Such a holder
+//! runs no more user code, so a claim takes over from it: a fresh lock file,
+//! locked, is renamed over the old one.  Every claim checks and writes under
+//! a second lock (`lock.swap`, held for microseconds), so a takeover and a
+//! claim that finds the holder just gone cannot both win.  (Part of the
+//! daemon binary, not the library: only it runs this.)
 
 use std::{
     fs::{self, File, OpenOptions},

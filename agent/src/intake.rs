@@ -154,7 +154,7 @@ impl Control {
 /// the ticks (pacing, batches, the watchdog's ping) and takes signals: a
 /// flood of closes faster than the agent handles them never lets the ring
 /// empty, and a drain until empty never returned — `wbctl` went silent and
-/// systemd's watchdog killed a daemon that was only busy (#25, class 1).
+/// systemd's watchdog killed a daemon that was only busy.
 /// Between slices every other branch gets its turn, so the watchdog now
 /// hears from a busy daemon and only a stuck one goes quiet.  The ring
 /// itself bounds the backlog: 1 MiB, of which closes may fill half before

@@ -3,11 +3,11 @@
 //! BPF cannot make a writer sleep; the kernel can.  A bdi's `max_bytes`
 //! (6.2+) caps the dirty data the device may hold, and `strict_limit` makes
 //! balance_dirty_pages() apply that cap even while the system as a whole is
-//! far below its limits — the kernel's own IO-less throttle (seed 003) then
-//! paces every dirtier of that device to its write bandwidth.  The agent
-//! sets them only while streaming writers are active on the device.  Where
-//! a kernel has no such knobs (before 6.2), the second lever is the global
-//! limit (`global`), chosen by feature, not by version.
+//! far below its limits — the kernel's own IO-less throttle then paces every
+//! dirtier of that device to its write bandwidth.  The agent sets them only
+//! while streaming writers are active on the device.  Where a kernel has no
+//! such knobs (before 6.2), the second lever is the global limit (`global`),
+//! chosen by feature, not by version.
 //!
 //! These are the administrator's settings.  Their values are journaled
 //! under /run before every write to a knob and put back when pacing ends,

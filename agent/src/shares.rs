@@ -1,15 +1,15 @@
-//! What each user holds of BPF's stream map (#25, class 5).  BPF counts an
-//! owner's entries (see current_owner in bpf/stream.bpf.h) at insert and
-//! delete, and gives none beyond WB_USER_SHARE, half the map.  An LRU
-//! eviction is silent to BPF, so a count errs high: a user whose entries
-//! were evicted could be refused with room to spare.  So the counts are
-//! taken again from the map itself: soon after a user is refused (at most
-//! every RECOUNT_EVERY), and every RECOUNT_IDLE anyway, which also forgets
-//! owners that hold nothing (BPF has room for WB_OWNERS_MAX).  At a recount
-//! a user at its share loses its entries that crossed no window for IDLE
-//! (files its processes leak or leave open and idle, or write slowly), as
-//! the shared LRU would have evicted most of them first; an entry let go
-//! costs its writer at most one window, as its next write starts over.
+//! What each user holds of BPF's stream map.  BPF counts an owner's entries
+//! (see current_owner in bpf/stream.bpf.h) at insert and delete, and gives
+//! none beyond WB_USER_SHARE, half the map.  An LRU eviction is silent to
+//! BPF, so a count errs high: a user whose entries were evicted could be
+//! refused with room to spare.  So the counts are taken again from the map
+//! itself: soon after a user is refused (at most every RECOUNT_EVERY), and
+//! every RECOUNT_IDLE anyway, which also forgets owners that hold nothing
+//! (BPF has room for WB_OWNERS_MAX).  At a recount a user at its share loses
+//! its entries that crossed no window for IDLE (files its processes leak or
+//! leave open and idle, or write slowly), as the shared LRU would have
+//! evicted most of them first; an entry let go costs its writer at most one
+//! window, as its next write starts over.
 //!
 //! What remains: a count written back is a snapshot, so entries a user
 //! made during the walk (0.35 s) and the walk missed are not in it, until

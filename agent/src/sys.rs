@@ -235,7 +235,7 @@ pub fn private_file(path: &Path, opts: &mut std::fs::OpenOptions) -> io::Result<
 /// /proc/<pid>/fdinfo/<fd>: the kernel formats every lock the writer holds
 /// on the file into it, however little of it is read, and a user holding
 /// byte-range locks on a streamed file made each of these once-a-second
-/// checks cost the intake thread that much (#25, class 1).  None when it
+/// checks cost the intake thread that much.  None when it
 /// cannot tell (no access).
 pub fn fd_still_names(pid: u32, fd: i32, id: FileId) -> Option<bool> {
     let path = CString::new(format!("/proc/{pid}/fd/{fd}")).ok()?;
@@ -248,7 +248,7 @@ pub fn fd_still_names(pid: u32, fd: i32, id: FileId) -> Option<bool> {
 
 /// Writes `value` to an existing setting (a sysfs or procfs file): never
 /// creates a file, and never follows a symlink in its place, whatever a
-/// journal line named (#25, class 6).
+/// journal line named.
 pub fn write_setting(path: &Path, value: &str) -> io::Result<()> {
     use std::{io::Write, os::unix::fs::OpenOptionsExt};
     std::fs::OpenOptions::new()

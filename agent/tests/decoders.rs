@@ -1,8 +1,8 @@
-//! Fuzz targets for everything the daemon decodes from outside (issue 9):
-//! policy files, control-socket request lines, ring-buffer records.  Each
-//! must turn any input into a value or a clear error, never a panic.
-//! proptest, with a fixed case count so CI spends a bounded time here (a few
-//! seconds); PROPTEST_CASES raises it for a longer run.
+//! Fuzz targets for everything the daemon decodes from outside: policy files,
+//! control-socket request lines, ring-buffer records.  Each must turn any
+//! input into a value or a clear error, never a panic.  proptest, with a
+//! fixed case count so CI spends a bounded time here (a few seconds);
+//! PROPTEST_CASES raises it for a longer run.
 
 use proptest::prelude::*;
 use writebehindd::{

@@ -56,9 +56,9 @@ impl LoopDevice {
         // No discards: the upper device passes one down as a write of zeroes,
         // which the cap counts like data.  btrfs discards deleted extents
         // (discard=async, its default since 6.2): a 3 GiB file removed
-        // between two bench runs cost the next run 2440 MiB of capped
-        // writes, 24 s at 100 MiB/s (session 12).  A disk's discards do not
-        // take its write bandwidth.
+        // between two bench runs cost the next run 2440 MiB of capped writes,
+        // 24 s at 100 MiB/s.  A disk's discards do not take its write
+        // bandwidth.
         let name = dev.file_name().context("loop device name")?.to_string_lossy().into_owned();
         std::fs::write(format!("/sys/block/{name}/queue/discard_max_bytes"), "0")
             .context("turning discards off on the capped device")?;

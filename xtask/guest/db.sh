@@ -1,7 +1,7 @@
-# A real database beside a copy on the same paced device (issue 26),
-# sourced by systest.sh in the second boot (the full run, or --only db):
-# the service is installed and running, the USB stick is present, the image
-# has Debian's postgresql (guest.rs builds it only for this test).
+# A real database beside a copy on the same paced device, sourced by
+# systest.sh in the second boot (the full run, or --only db): the service is
+# installed and running, the USB stick is present, the image has Debian's
+# postgresql (guest.rs builds it only for this test).
 #
 # PostgreSQL gets a cluster of its own on the stick, ext4, run by systemd as
 # postgresql@<version>-stick.service, as Debian runs every cluster.  pgbench

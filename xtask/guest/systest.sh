@@ -99,13 +99,12 @@ knobs_are() {
         diff <(echo "$expected") <(knobs_now "$expected") | sed 's/^/systest:   /'
     fi
 }
-# The workload's filesystem: a loop device, as the host tests use, made
-# before the install so that its knobs' values before install are known
-# (and attached again after the reboot).  With direct I/O, so that what it
-# writes goes to the root disk instead of dirtying the root filesystem's
-# cache a second time, where it would count against the global dirty limit
-# as the workload's own dirty pages do (a real second disk has no such
-# twin; session 17).
+# The workload's filesystem: a loop device, as the host tests use, made before
+# the install so that its knobs' values before install are known (and attached
+# again after the reboot).  With direct I/O, so that what it writes goes to
+# the root disk instead of dirtying the root filesystem's cache a second time,
+# where it would count against the global dirty limit as the workload's own
+# dirty pages do (a real second disk has no such twin).
 workload_fs() {
     loop=$(losetup -f --show --direct-io=on /var/tmp/wb.img)
     mkdir -p /mnt/wb
@@ -167,8 +166,8 @@ ready=$(prop ActiveEnterTimestampMonotonic)
 measure start-to-ready "$(((ready - start) / 1000)) ms (exec to READY=1; enable --now took $(((t1 - t0) / 1000)) ms)"
 check "ready-reached" [ "$ready" -gt "$start" ]
 check "fentry-backend" logged "backend=fentry"
-# The unit bounds the daemon's descriptors (LimitNOFILE=, #25 class 4) to
-# what its stream cap needs: no more, and not less (the daemon would warn).
+# The unit bounds the daemon's descriptors (LimitNOFILE=) to what its stream
+# cap needs: no more, and not less (the daemon would warn).
 check "descriptors-bounded-by-the-unit" [ "$(prop LimitNOFILE)" -le 65536 ]
 check "descriptors-enough-for-every-stream" eval '! logged "RLIMIT_NOFILE is low"'
 [ "$(prop MainPID)" = 0 ] && not_running

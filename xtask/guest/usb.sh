@@ -1,6 +1,5 @@
-# USB sticks (issue 17), sourced by systest.sh in the second boot: the
-# service is installed and running, pass/fail/measure/check/wait_for are
-# set.
+# USB sticks, sourced by systest.sh in the second boot: the service is
+# installed and running, pass/fail/measure/check/wait_for are set.
 #
 # The stick: qemu's xHCI controller with a usb-storage device on a raw
 # image, its writes throttled by qemu to $STICK_BPS (see xtask/src/guest/
@@ -165,18 +164,18 @@ usb_run() {
     # The peak checked is the stick's own, or the whole guest's where the
     # stick's bdi never counted anything (the larger of the two was checked
     # before, for ntfs3, whose bdi was once seen at 0; that run's copies had
-    # gone to the root filesystem).  The whole guest's counts the root
-    # disk's journal too: a 10 MiB/s exFAT copy on 7.2 read 21 MiB against a
-    # bound of 20 (session 17), the stick's own 17-20 in every run.
+    # gone to the root filesystem).  The whole guest's counts the root disk's
+    # journal too: a 10 MiB/s exFAT copy on 7.2 read 21 MiB against a bound of
+    # 20, the stick's own 17-20 in every run.
     local stick guest
     read -r stick guest <$peak_file
     local peak_mib=$(((stick > 0 ? stick : guest) / 1024)) guest_mib=$((guest / 1024)) bound=$((2 * bps / MIB))
     # A writer's first data is its own until it passes the policy's burst
     # allowance (16 MiB): only then is it a stream, and the device paced.
     # Where the allowance is more than a second of the stick's bandwidth (10
-    # MiB/s), the bound is the allowance and a second: the allowance, a
-    # window and the agent's reaction to the first event read 17-20 MiB on
-    # 6.12 and 7.2 and 22 in CI (session 17), against 2 s = 20.
+    # MiB/s), the bound is the allowance and a second: the allowance, a window
+    # and the agent's reaction to the first event read 17-20 MiB on 6.12 and
+    # 7.2 and 22 in CI once, against 2 s = 20.
     local allowance=${burst_mib:-0}
     ((allowance * MIB > bps && allowance + bps / MIB > bound)) && bound=$((allowance + bps / MIB))
     name="usb-$fs-$tool-$((bps / MIB))MiBps"
@@ -205,11 +204,11 @@ usb_run() {
     check "$name-peak-within-2s" [ "$peak_mib" -le "$bound" ]
     check "$name-sync-within-1s" [ $((synced - t1)) -le 1000000000 ]
     # After `sync` nothing is dirty with either; what umount still does is
-    # evict the copy's cached pages, which under TCG takes about a second
-    # for the full run's 512 MiB with the kernel default too (6.1: 0.85-1.21
-    # s, session 18).  The bound is 1 s, or half as much again as the
-    # default's time for the same copy where that is more (a quick run has
-    # the default's times on 7.2 only).
+    # evict the copy's cached pages, which under TCG takes about a second for
+    # the full run's 512 MiB with the kernel default too (6.1: 0.85-1.21 s).
+    # The bound is 1 s, or half as much again as the default's time for the
+    # same copy where that is more (a quick run has the default's times on 7.2
+    # only).
     local umount_bound=1000000000 default_ns=${default_umount_ns[$name]:-0}
     ((default_ns * 3 / 2 > umount_bound)) && umount_bound=$((default_ns * 3 / 2))
     check "$name-umount-within-1s" [ $((t3 - t2)) -le $umount_bound ]
@@ -288,20 +287,19 @@ else
 fi
 usb_copies daemon
 
-# A writer to another disk while the stick is paced (issue 23): 256 MiB and
-# its fsync to /mnt/wb (the workload's loop device, on the guest's root
-# disk) while carol's pv writes to the stick at twice the stick's speed,
-# with the kernel default and with the daemon, the better of two writes
-# each.  Before 6.2 the stick is paced through the global dirty limit, which
-# the other disk's writer shares; on the host (bench beside) it kept 105 %
-# of the default's speed on either lever.  Here (MiB/s default / daemon, a
-# run each; session 16): 5.10 40 / 40 and 45 / 52, 6.1 43 / 28, 39 / 42 and
-# 42 / 41 (global lever); 6.12 41 / 72 (per device: the default's writer
-# waits behind the stick's backlog); with the workload disk's direct I/O
-# (session 17): 5.10 78 / 68, 6.1 52 / 58.  Checked: the writer is not
-# stalled (a limit written below the dirty level stops every writer of
-# every device); the issue's 90 % is measured, not checked: the emulator's
-# runs range 65-115 % (median 100 %).
+# A writer to another disk while the stick is paced: 256 MiB and its fsync to
+# /mnt/wb (the workload's loop device, on the guest's root disk) while carol's
+# pv writes to the stick at twice the stick's speed, with the kernel default
+# and with the daemon, the better of two writes each.  Before 6.2 the stick is
+# paced through the global dirty limit, which the other disk's writer shares;
+# on the host (bench beside) it kept 105 % of the default's speed on either
+# lever.  Here (MiB/s default / daemon, a run each): 5.10 40 / 40 and 45 / 52,
+# 6.1 43 / 28, 39 / 42 and 42 / 41 (global lever); 6.12 41 / 72 (per device:
+# the default's writer waits behind the stick's backlog); with the workload
+# disk's direct I/O: 5.10 78 / 68, 6.1 52 / 58.  Checked: the writer is not
+# stalled (a limit written below the dirty level stops every writer of every
+# device); 90 % of the default's speed is measured, not checked: the
+# emulator's runs range 65-115 % (median 100 %).
 usb_beside() {
     local mode=$1 best=0 i t0 t1 mibs feeder
     if [ "$mode" = default ]; then systemctl stop writebehindd; else systemctl start writebehindd; fi
@@ -378,8 +376,8 @@ umount $STICK 2>/dev/null || { umount -l $STICK && skip "usb-pulled-umount" "nee
 check "usb-pulled-unmounted" eval '! mountpoint -q $STICK'
 no_journal_entry() { ! grep -q "^$gone_bdi	" /run/writebehindd/paced-bdis 2>/dev/null; }
 check "usb-pulled-no-knobs-journaled" wait_for 30 no_journal_entry
-# The bdi as a field (bdi=8:0, or quoted): a bare "8:0" also matched the
-# log's own timestamps, 08:07:33 (6.1 failed so at 08:07, session 18).
+# The bdi as a field (bdi=8:0, or quoted): a bare "8:0" also matched the log's
+# own timestamps, 08:07:33 (6.1 failed so at 08:07).
 lines=$(log_since "$t" | grep -c -e "bdi=\"\?$gone_bdi\b" -e "writeback failed")
 measure usb-pulled-log-lines "$lines"
 log_since "$t" | sed 's/^/systest:   /' | head -20

@@ -93,12 +93,11 @@ const MASKED: &[&str] = &[
 const TEST_TARGET: &str = include_str!("../guest/wb-systest.target");
 const TEST_SERVICE: &str = include_str!("../guest/wb-systest.service");
 const FSTAB: &str = "/dev/vda / ext4 defaults 0 0\n";
-/// Free space in the root image for what the test installs and writes
-/// (its loop device's backing file lives there, in the snapshot overlay).
-/// The full run's sources (512 MiB and 60 photos), the 1 GiB loop file,
-/// the journal at debug level and PostgreSQL's cluster filled 2 GiB on
-/// 6.1: dpkg then failed the purge (session 18).  Sparse: unused space
-/// costs nothing.
+/// Free space in the root image for what the test installs and writes (its
+/// loop device's backing file lives there, in the snapshot overlay).  The
+/// full run's sources (512 MiB and 60 photos), the 1 GiB loop file, the
+/// journal at debug level and PostgreSQL's cluster filled 2 GiB on 6.1: dpkg
+/// then failed the purge.  Sparse: unused space costs nothing.
 const HEADROOM: u64 = 4 << 30;
 
 pub struct Image {
@@ -274,11 +273,11 @@ const RESTART: &str = "reboot: Restarting system";
 const PANIC: &str = "Kernel panic";
 
 /// Whether the guest's kernel panicked in a boot before the test's script
-/// (its lines carry `marker`) printed anything in that boot: nothing of
-/// ours had run, so a second try is fair.  Seen once in CI (stop 21): 6.12
-/// oopsed on an int3 in sched_clock_cpu 3 s into the second boot, a static
-/// key being patched while the other vCPU ran (multi-threaded TCG); the
-/// same image booted cleanly in every other run.
+/// (its lines carry `marker`) printed anything in that boot: nothing of ours
+/// had run, so a second try is fair.  Seen once in CI: 6.12 oopsed on an int3
+/// in sched_clock_cpu 3 s into the second boot, a static key being patched
+/// while the other vCPU ran (multi-threaded TCG); the same image booted
+/// cleanly in every other run.
 fn crashed_booting(log: &[String], marker: &str) -> bool {
     let boot = log.iter().rposition(|l| l.contains(RESTART)).map_or(0, |i| i + 1);
     let this = &log[boot..];
@@ -287,12 +286,12 @@ fn crashed_booting(log: &[String], marker: &str) -> bool {
 
 /// What multi-threaded TCG makes of the kernel patching its own code (a
 /// static key or a tracepoint turned on or off): an int3 the kernel had
-/// written and already taken back, still executed by the other vCPU.  Seen
-/// at boot (stop 21, above) and, in session 16, in the 7.2 systest 3 s after
-/// `kill -9` of the daemon, whose detaching turns tracepoints off
-/// (`__folio_mark_dirty`, the writeback_dirty_folio tracepoint's site);
-/// that guest had passed the same step in every run before, and 5.10, 6.1
-/// and 6.12 passed it in the same run.
+/// written and already taken back, still executed by the other vCPU.  Seen at
+/// boot (above) and once in the 7.2 systest, 3 s after `kill -9` of the
+/// daemon, whose detaching turns tracepoints off (`__folio_mark_dirty`, the
+/// writeback_dirty_folio tracepoint's site); that guest had passed the same
+/// step in every run before, and 5.10, 6.1 and 6.12 passed it in the same
+/// run.
 const INT3_OOPS: &str = "Oops: int3";
 
 /// Why a guest run deserves a second try, if it does: its kernel panicked
@@ -415,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_panic_counts_as_a_crashed_boot_only_before_the_tests_lines() {
-        // Stop 21's 6.12 run, abridged.
+        // The 6.12 CI run that oopsed while booting, abridged.
         let ci = log(&[
             "[   14.6] sh[296]: systest: kernel 6.12.117+deb12-amd64",
             "[   34.1] sh[287]: systest: exit 100",
@@ -432,7 +431,7 @@ mod tests {
 
     #[test]
     fn an_int3_oops_is_retried_at_any_time_another_oops_is_not() {
-        // Session 16's 7.2 systest, abridged.
+        // The 7.2 systest that oopsed after kill -9, abridged.
         let patched = log(&[
             "[   83.9] sh[307]: systest: PASS paced-before-kill",
             "[   87.0] Oops: int3: 0000 [#1] SMP NOPTI",

@@ -15,7 +15,10 @@ mod layout;
 mod systest;
 mod vmtest;
 
-use std::process::{Command, ExitCode};
+use std::{
+    process::{Command, ExitCode},
+    time::{Duration, Instant},
+};
 
 use anyhow::{Result, bail};
 
@@ -112,29 +115,63 @@ fn run(args: &[String]) -> Result<()> {
 }
 
 fn test(args: &[String]) -> Result<()> {
+    // First, as it takes a second and needs neither root nor a build: the
+    // tree must not cite its own work history by number (a work session's,
+    // an issue's), which no reader can look up.
+    let check = concat!(env!("CARGO_MANIFEST_DIR"), "/../.ci/no-history");
+    if !Command::new(check).status()?.success() {
+        bail!("{check} found references to the work's history");
+    }
     if !is_root() {
         bail!("the tests load BPF programs and create loop devices: run them as root");
     }
+    let mut phases = Vec::new();
+    let result = test_phases(args, &mut phases);
+    // Printed whatever the outcome: CI's run takes most of an hour, and a
+    // failed one should still say what ran before it and for how long.
+    println!("\nxtask test: phase times");
+    for (name, took, ok) in &phases {
+        println!("  {name:<16} {:>6}{}", min_sec(*took), if *ok { "" } else { "  FAILED" });
+    }
+    println!("  {:<16} {:>6}", "total", min_sec(phases.iter().map(|p| p.1).sum()));
+    result
+}
+
+/// A phase of `test`: its name, how long it took, whether it passed.
+type Phase = (&'static str, Duration, bool);
+
+fn test_phases(args: &[String], phases: &mut Vec<Phase>) -> Result<()> {
+    let mut timed = |name, f: &mut dyn FnMut() -> Result<()>| {
+        let started = Instant::now();
+        let result = f();
+        phases.push((name, started.elapsed(), result.is_ok()));
+        result
+    };
     // Integration tests spawn the daemon binary, so build it first.
-    cargo(&["build", "--workspace", "--bins"])?;
+    timed("build", &mut || cargo(&["build", "--workspace", "--bins"]))?;
     let mut cmd = vec!["test", "--workspace"];
     cmd.extend(args.iter().map(String::as_str));
     // One at a time: tests measure one device's dirty pages and must not
     // disturb each other's numbers.
     cmd.extend(["--", "--test-threads=1"]);
-    cargo(&cmd)?;
+    timed("host tests", &mut || cargo(&cmd))?;
     if args.is_empty() {
         // The package: what it holds, lintian, dpkg install and purge.
-        deb::main(&["--check".into()])?;
+        timed("deb --check", &mut || deb::main(&["--check".into()]))?;
         // The bench is not a test, but its harness is: set up the throttled
         // device, one short run per mode, tear down.
-        bench::main(&["--smoke".into(), "--out".into(), "target/bench/smoke".into()])?;
+        timed("bench --smoke", &mut || bench::main(&["--smoke".into(), "--out".into(), "target/bench/smoke".into()]))?;
         // This kernel refuses fentry: the fentry backend is tested on
         // Debian's stock kernels under emulation, the oldest and the newest.
-        vmtest::main(&["--quick".into()])?;
+        timed("vmtest --quick", &mut || vmtest::main(&["--quick".into()]))?;
         // The package as a service under systemd (PID 1, cgroup v2) on each
         // of Debian's stock kernels, 5.10 to 7.2.
-        systest::main(&["--quick".into()])?;
+        timed("systest --quick", &mut || systest::main(&["--quick".into()]))?;
     }
     Ok(())
+}
+
+fn min_sec(d: Duration) -> String {
+    let s = d.as_secs();
+    format!("{}:{:02}", s / 60, s % 60)
 }

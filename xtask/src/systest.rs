@@ -231,7 +231,11 @@ pub fn main(args: &[String]) -> Result<()> {
         if let Some(reason) = retry {
             lines.push(format!("MEASURE retried: {reason}"));
         }
-        outcomes.push(Outcome { kernel: kernel.release, secs: started.elapsed().as_secs_f64(), exit, lines });
+        // Each kernel's time as it ends, as vmtest prints it: the summary
+        // below is not reached if a later kernel's guest cannot be started.
+        let secs = started.elapsed().as_secs_f64();
+        println!("systest: {}: {secs:.0} s", kernel.release);
+        outcomes.push(Outcome { kernel: kernel.release, secs, exit, lines });
     }
     let _ = fs::remove_file(&disk);
     let _ = fs::remove_dir_all(dir.join("sticks"));

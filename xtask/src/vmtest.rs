@@ -28,9 +28,9 @@ const INIT: &str = include_str!("../vm/init");
 const BOOT_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "9pnet_virtio", "9p"];
 const GUEST_MEM: &str = "6G";
 const SCRATCH_GIB: u64 = 16;
-/// One guest run (measured with --quick: 5.10 709 s and 7.2 405 s in
-/// session 14, 5.10 the slowest under TCG; without, 25 min on 6.1 before
-/// lifecycle ran on both backends).
+/// One guest run (measured with --quick: 5.10 709 s and 7.2 405 s, 5.10
+/// the slowest under TCG; without, 25 min on 6.1 before lifecycle ran on
+/// both backends).
 const TIMEOUT_QUICK: Duration = Duration::from_secs(15 * 60);
 const TIMEOUT_FULL: Duration = Duration::from_secs(45 * 60);
 

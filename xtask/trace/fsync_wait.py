@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a waiting fdatasync waits for (issue 26), from `perf script` output.
+"""What a waiting fdatasync waits for, from `perf script` output.
 
 Record, while `cargo xtask bench --quick --only copy --fs ext4` runs:
 

@@ -1,11 +1,11 @@
-//! `bench --check` (issue 26): a guard against regressions.  Each figure a
-//! change could move is kept as a ratio to the kernel default in the same
-//! run (the device, the machine's load and the filesystem's own mood move
-//! both alike), with a band from several runs of the same code.  `--check`
-//! runs the quick bench and names every figure outside its band, better or
-//! worse; `--baseline` makes the bands from result directories.  Timings
-//! stay out of CI: this is a check a developer runs before resolving work
-//! on `bpf/`, streams, devices, bandwidth, pacing or the flusher.
+//! `bench --check`: a guard against regressions.  Each figure a change could
+//! move is kept as a ratio to the kernel default in the same run (the device,
+//! the machine's load and the filesystem's own mood move both alike), with a
+//! band from several runs of the same code.  `--check` runs the quick bench
+//! and names every figure outside its band, better or worse; `--baseline`
+//! makes the bands from result directories.  Timings stay out of CI: this is
+//! a check a developer runs before resolving work on `bpf/`, streams,
+//! devices, bandwidth, pacing or the flusher.
 
 use std::path::Path;
 
@@ -23,13 +23,13 @@ const DEFAULT: &str = "kernel default";
 const DAEMON: &str = "writebehindd";
 
 /// (group prefix, metric, the least change that counts, in the metric's
-/// units, whether higher is better).  The floors are about what the same
-/// code moved between runs here (session 12: plain btrfs's copy peak
-/// 12–22 MiB; #26: read p99 bimodal, 3–58 ms), so that one run's luck is
-/// not named.  The copy's time is kept as total/ideal, not as a ratio to
-/// the default: the default's own total varied 10.9–12.6 s between runs
-/// (its `sync` does), which would widen the band to ±10 %; the daemon's
-/// total/ideal on ext4 was 0.986–1.007 over seven runs of this session.
+/// units, whether higher is better).  The floors are about what the same code
+/// moved between runs here (plain btrfs's copy peak 12–22 MiB; read p99
+/// bimodal, 3–58 ms), so that one run's luck is not named.  The copy's time
+/// is kept as total/ideal, not as a ratio to the default: the default's own
+/// total varied 10.9–12.6 s between runs (its `sync` does), which would widen
+/// the band to ±10 %; the daemon's total/ideal on ext4 was 0.986–1.007 over
+/// seven runs.
 const FIGURES: [(&str, &str, f64, bool); 9] = [
     ("copy ", "peak MiB", 4.0, false),
     ("copy ", "sync s", 0.1, false),

@@ -1,9 +1,9 @@
-//! `bench --only cost` (issue 18): what watching costs, side by side with no
-//! daemon (the kernel default).  Per call where nothing streams (a write, an
-//! unrelated syscall, a syscall-heavy program: the hooks' price, paid in the
-//! caller); the agent's CPU and memory where something does (one big file,
-//! many small ones, 1,000 streams); how many events it handles when closes
-//! come as fast as one process can make them; the issue's goals last.
+//! `bench --only cost`: what watching costs, side by side with no daemon (the
+//! kernel default).  Per call where nothing streams (a write, an unrelated
+//! syscall, a syscall-heavy program: the hooks' price, paid in the caller);
+//! the agent's CPU and memory where something does (one big file, many small
+//! ones, 1,000 streams); how many events it handles when closes come as fast
+//! as one process can make them; the goals it is held to last.
 
 use std::{
     collections::BTreeMap,
@@ -27,8 +27,8 @@ use super::{
 /// The flood measures the agent, not the device: paced (the default), its
 /// writer would wait for a 100 MiB/s device long before the agent is busy.
 const FLOOD_POLICY: &str = "pacing=false";
-/// One process made 39,000 files/s here without the daemon (session 9), under
-/// the goal's 50,000; two make 74,000 (session 10).
+/// One process made 39,000 files/s here without the daemon, under the goal's
+/// 50,000; two make 74,000.
 const FLOOD_WRITERS: u32 = 2;
 
 /// 1,000 streams of a few MiB each stream only with a burst and window below
@@ -633,13 +633,12 @@ fn streams(ctx: &Ctx, s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
     Ok(m)
 }
 
-/// Issue 18's goals next to the medians.
+/// The goals watching is held to, next to the medians.
 fn goals(runs: &[Run], s: &CostSizes) -> String {
     let def = Mode::Default.name();
     let wb = Mode::Writebehindd(None).name();
     let med = |part: Part, mode: &str, metric: &str| report::median(runs, &part.group(s), mode, metric);
-    let mut rows =
-        vec![["goal (issue 18)", "kernel default", "writebehindd", "cost", "met"].map(String::from).to_vec()];
+    let mut rows = vec![["goal", "kernel default", "writebehindd", "cost", "met"].map(String::from).to_vec()];
     let over = |part, metric, what: &str, limit: f64| {
         let (d, w) = (med(part, &def, metric), med(part, &wb, metric));
         let pct = d.zip(w).map(|(d, w)| (w / d - 1.0) * 100.0);

@@ -1,11 +1,11 @@
-//! The `db` scenario (issue 26): a real database on the capped device while
-//! the copy streams to it.  PostgreSQL (Debian's package) runs pgbench's
-//! TPC-B-like load (`-i -s 10`, 4 clients, 2 threads) from before the copy
-//! starts until its `cp` and `sync` end: what a database's commits feel, and
-//! whether the database costs the copy.  In writebehindd modes the run is
-//! made again with the database's cgroup under a `mode = "off"` policy, as
-//! policies/examples/ advise for a database that manages its own writeback:
-//! the daemon leaves PostgreSQL's writes alone and still paces the device.
+//! The `db` scenario: a real database on the capped device while the copy
+//! streams to it.  PostgreSQL (Debian's package) runs pgbench's TPC-B-like
+//! load (`-i -s 10`, 4 clients, 2 threads) from before the copy starts until
+//! its `cp` and `sync` end: what a database's commits feel, and whether the
+//! database costs the copy.  In writebehindd modes the run is made again with
+//! the database's cgroup under a `mode = "off"` policy, as policies/examples/
+//! advise for a database that manages its own writeback: the daemon leaves
+//! PostgreSQL's writes alone and still paces the device.
 
 use std::{
     io::Write,

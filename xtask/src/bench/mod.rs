@@ -331,11 +331,11 @@ pub fn main(args: &[String]) -> Result<()> {
 /// back to the host), the next touch of a reported page faults in the host:
 /// here a `cp` of 1 GiB into the page cache took 2.8-3.6 s of system CPU when
 /// it started 5 s after the memory was freed and 0.34-0.41 s right after
-/// (session 10, three runs each).  Every paced run lasts seconds and paid
-/// it; the kernel default's short runs only sometimes, so writers' and the
-/// machine's CPU compared noise.  Reporting is off while the bench runs (an
-/// order above the largest reports nothing), and `bytes` of memory are
-/// touched once, so the pages freed and reused next are the guest's own.
+/// (three runs each).  Every paced run lasts seconds and paid it; the kernel
+/// default's short runs only sometimes, so writers' and the machine's CPU
+/// compared noise.  Reporting is off while the bench runs (an order above the
+/// largest reports nothing), and `bytes` of memory are touched once, so the
+/// pages freed and reused next are the guest's own.
 fn hold_freed_memory(bytes: u64) -> Result<Option<Knob>> {
     const ORDER: &str = "/sys/module/page_reporting/parameters/page_reporting_order";
     if !Path::new(ORDER).exists() {

@@ -1,7 +1,7 @@
 //! The bench's own writers, for the modes that live in the application:
-//! Linus's loop (2012, seed 001) and RWF_DONTCACHE.  They run as child
-//! processes (`xtask writer ...`) so that they are separate writers, like
-//! the cp or dd they stand in for.
+//! Linus's loop (2012) and RWF_DONTCACHE.  They run as child processes
+//! (`xtask writer ...`) so that they are separate writers, like the cp or dd
+//! they stand in for.
 
 use std::{
     fs::{self, File, OpenOptions},
