@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use crate::{
     abi::RelPath,
+    admission::{Backlog, Charge, FlushMemory, MAX_QUEUED},
     bandwidth::Sampler,
     counters::{Counters, ErrorKind},
     devices::DeviceShared,
@@ -138,7 +139,7 @@ impl Flush {
     /// A flush for `user` (the writer's owner), or None when the flushes
     /// waiting in the agent already hold FLUSH_MEMORY, or that user's
     /// already hold half of it (the caller leaves the file to the kernel).
-    pub fn new(target: Target, start: u64, end: u64, user: u32, memory: &FlushMemory) -> Option<Self> {
+    pub(crate) fn new(target: Target, start: u64, end: u64, user: u32, memory: &FlushMemory) -> Option<Self> {
         let path = match &target {
             Target::Closed(f) | Target::Window(f) => f.path.as_ref().map_or(0, |p| p.to_bytes_with_nul().len() + 16),
             Target::Held(_) => 0,
@@ -149,90 +150,7 @@ impl Flush {
 
     /// Whose writer it is for.
     pub fn user(&self) -> u32 {
-        self.charge.user
-    }
-}
-
-/// What the flushes waiting anywhere in the agent (a writer's batch, the
-/// files left to the kernel it remembers, a device's queue) may hold in
-/// memory together.  Each device's queue (MAX_QUEUED) and each writer's files
-/// (LEFT_FILES) are bounded, but every FUSE mount is a device, every process
-/// a writer, and on exFAT a closed file's path takes up to 4 KiB: without
-/// this one user could pin gigabytes in the root daemon.  32 MiB is a quarter
-/// of a million flushes by handle, or `tar x` of 30,000 files with 150-byte
-/// paths seven times over.
-pub const FLUSH_MEMORY: usize = 32 << 20;
-
-/// The bytes waiting flushes hold, in all and by user, against a limit:
-/// one user's at most half of what the others leave, so that no user, nor
-/// two together, can take everyone else's write-behind away by filling it.
-#[derive(Debug, Clone)]
-pub struct FlushMemory {
-    used: Arc<Mutex<Shares>>,
-    limit: usize,
-}
-
-impl FlushMemory {
-    pub fn new(limit: usize) -> Self {
-        Self { used: Arc::default(), limit }
-    }
-
-    pub fn used(&self) -> usize {
-        self.used.lock().unwrap().all
-    }
-
-    fn charge(&self, bytes: usize, user: u32) -> Option<Charge> {
-        self.used.lock().unwrap().take(bytes, user, self.limit)?;
-        Some(Charge { used: self.used.clone(), bytes, user })
-    }
-}
-
-/// What is taken of a limit, in all and by user.
-#[derive(Debug, Default)]
-struct Shares {
-    all: usize,
-    by_user: HashMap<u32, usize>,
-}
-
-impl Shares {
-    /// Takes `n` for `user`: at most half of what the other users leave of
-    /// `limit`.  A user alone gets half of it, a second a quarter, and so on:
-    /// some is always left for the next.  A flat half each let two users (a
-    /// review's case: hung FUSE mounts of two accounts, whose queues never
-    /// drain) hold all of it, and every other user's files went to the
-    /// kernel.
-    fn take(&mut self, n: usize, user: u32, limit: usize) -> Option<()> {
-        let mine = self.by_user.get(&user).copied().unwrap_or(0);
-        let others = self.all - mine;
-        if mine + n > limit.saturating_sub(others) / 2 {
-            return None;
-        }
-        self.all += n;
-        self.by_user.insert(user, mine + n);
-        Some(())
-    }
-
-    fn give_back(&mut self, n: usize, user: u32) {
-        self.all -= n;
-        if let Some(mine) = self.by_user.get_mut(&user) {
-            *mine -= n;
-            if *mine == 0 {
-                self.by_user.remove(&user);
-            }
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Charge {
-    used: Arc<Mutex<Shares>>,
-    bytes: usize,
-    user: u32,
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        self.used.lock().unwrap().give_back(self.bytes, self.user);
+        self.charge.user()
     }
 }
 
@@ -412,48 +330,6 @@ impl Flushers {
                 );
             }
         }
-    }
-}
-
-/// Flushes queued on one device at most (a flush is ~64 bytes, a held
-/// file's queued spans keep one fd open): beyond it, new batches are left
-/// to the kernel, counted as over_cap.  A device this far behind gains
-/// nothing from more queued writeback.
-pub const MAX_QUEUED: usize = 65_536;
-
-/// Flushes handed to a device's thread and not yet submitted, in all and
-/// by user (one user's at most half of what the others leave).  Counted where they are
-/// fed, not where they are drained: a thread hung in writeback (a dead
-/// disk) drains nothing, and its channel would otherwise grow without
-/// bound.  One feeder (the intake thread) adds; the device's thread takes
-/// away.
-#[derive(Default)]
-struct Backlog(Mutex<Shares>, AtomicBool);
-
-impl Backlog {
-    /// Takes room for `n` more flushes of `user`, if there is room.
-    fn try_add(&self, n: usize, user: u32) -> bool {
-        self.0.lock().unwrap().take(n, user, MAX_QUEUED).is_some()
-    }
-
-    /// `n` flushes of `user` were submitted.
-    fn done(&self, n: usize, user: u32) {
-        self.0.lock().unwrap().give_back(n, user);
-    }
-
-    fn len(&self) -> usize {
-        self.0.lock().unwrap().all
-    }
-
-    /// Set by the device's thread while it waits for work with nothing in
-    /// flight: only then may it be retired.  A thread stuck in writeback (a
-    /// stalled device) is not, or each minute would leave one more of them.
-    fn park(&self, parked: bool) {
-        self.1.store(parked, Ordering::Relaxed);
-    }
-
-    fn parked(&self) -> bool {
-        self.1.load(Ordering::Relaxed)
     }
 }
 
@@ -678,6 +554,7 @@ impl Submitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::FLUSH_MEMORY;
 
     impl Flush {
         fn target_file(self) -> ClosedFile {
@@ -720,22 +597,6 @@ mod tests {
         assert_eq!(inos(r.round()), vec![13]);
         assert_eq!(inos(r.round()), vec![14]);
         assert!(r.is_empty());
-    }
-
-    #[test]
-    fn the_backlog_is_bounded_where_it_is_fed() {
-        let b = Backlog::default();
-        let half = MAX_QUEUED / 2;
-        assert!(b.try_add(half - 1, 1));
-        assert!(!b.try_add(2, 1), "past one user's half");
-        assert!(b.try_add(1, 1));
-        assert!(!b.try_add(half / 2 + 1, 2), "past half of what the first leaves");
-        assert!(b.try_add(half / 2, 2), "a second user's quarter is there");
-        assert!(b.try_add(half / 4, 3), "and a third's eighth");
-        assert!(!b.try_add(half / 8 + 1, 4), "past a fourth's sixteenth");
-        // Only what the device's thread submitted makes room again.
-        b.done(half / 2, 1);
-        assert!(b.try_add(half / 8 + 1, 4));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //!
 //! Modules by responsibility: `loader` (load and attach BPF), `intake` (ring
 //! buffer), `streams` (stream table), `flusher` (per-device submitters),
+//! `admission` (what may wait for a device's thread),
 //! `devices` (per-device windows and pacing), `backing` (who sets a
 //! device's speed), `bandwidth` (the estimator and
 //! window arithmetic), `pacing` (bdi dirty limits), `power`, `handles`
@@ -13,6 +14,7 @@
 //! (generated).
 
 pub mod abi;
+mod admission;
 pub mod backing;
 pub mod bandwidth;
 pub mod cgroups;

@@ -10,10 +10,11 @@ use std::{
 
 use crate::{
     abi::{EventKind, RelPath, wb_event},
+    admission::{FLUSH_MEMORY, FlushMemory},
     bandwidth::{self, Active, Rate},
     counters::{Counters, ErrorKind},
     devices::{DeviceShared, Devices},
-    flusher::{Batch, FLUSH_MEMORY, Flush, FlushMemory, Flushers, StreamFile, Target},
+    flusher::{Batch, Flush, Flushers, StreamFile, Target},
     handles::ClosedFile,
     status::printable,
     sys::{self, FileId},
