@@ -8,7 +8,7 @@
 
 use std::{
     os::unix::fs::PermissionsExt,
-    process::Stdio,
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -201,5 +201,63 @@ fn sysctls_a_tool_writes_back_do_not_stay() -> Result<()> {
     undone.with_context(|| format!("the daemon's own limits stayed in force:\n{log}"))?;
     zero_undone.with_context(|| format!("a threshold of 0 stayed:\n{log}"))?;
     assert_eq!(kept, mine, "the administrator's own change was undone:\n{log}");
+    Ok(())
+}
+
+/// The daemon's threads named for a device of an anonymous superblock
+/// ("flush-0:N": a FUSE mount's).
+fn fuse_flusher_threads(daemon: &Daemon) -> Result<usize> {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", daemon.pid()))?;
+    Ok(tasks
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("flush-0:")))
+        .count())
+}
+
+/// A flusher thread stuck in the kernel on a stalled device cannot be
+/// ended, and every thread counts against the unit's TasksMax.  nobody
+/// stalls ten FUSE servers of its own in the middle of their writeback:
+/// each device's thread waits for ever.  With the daemon's tasks capped
+/// (a v1 pids cgroup, as TasksMax does) at what it runs plus nine, the ten
+/// took all nine; now devices users made get at most eight threads at
+/// once, and root's disk still gets its own and is written back.
+#[test]
+fn stalled_user_devices_leave_threads_for_disks() -> Result<()> {
+    require_root();
+    let _fuse = FuseForAll::new()?;
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", daemon.pid()))?.count();
+    let cap = V1Limit::new("pids", daemon.pid(), "pids.max", &(tasks + 9).to_string())?;
+    let mut stalled = Vec::new();
+    for i in 0..10 {
+        let dir = Scratch::new(&format!("stalled-fuse-{i}"))?;
+        std::os::unix::fs::chown(&dir.0, Some(65534), Some(65534))?;
+        let server = Background::spawn(
+            as_nobody("unshare")
+                .args(["-Urm", "/usr/bin/python3", "-c", FUSE_SLOW])
+                .arg(&dir.0)
+                .args(["100", "16", "4"])
+                .stdout(Stdio::null()),
+        )?;
+        stalled.push((server, dir));
+    }
+    let settled = wait_until("the stalled devices' threads", Duration::from_secs(15), || {
+        Ok(daemon.counter("error_no_thread").unwrap_or(0) > 0 && fuse_flusher_threads(&daemon)? >= 8)
+    });
+    let user_threads = fuse_flusher_threads(&daemon)?;
+    let before = fs.device.bytes_written()?;
+    run(Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "count=32", "status=none"])
+        .arg(format!("of={}", fs.path("root").display())))?;
+    std::thread::sleep(Duration::from_secs(2));
+    let flushed = fs.device.bytes_written()? - before;
+    drop(stalled);
+    drop(cap);
+    let log = daemon.stop()?;
+    println!("ten stalled FUSE devices: {user_threads} threads; root's 32 MiB: {} MiB written back", flushed / MIB);
+    settled.with_context(|| format!("the stalled devices did not take their threads:\n{log}"))?;
+    assert!(user_threads <= 8, "{user_threads} threads for devices a user made:\n{log}");
+    assert!(flushed >= 16 * MIB, "root's disk got no thread: {} MiB written back:\n{log}", flushed / MIB);
     Ok(())
 }

@@ -548,7 +548,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_budget_caps_at_the_whole_limit_and_is_still_restored() {
+    fn a_refused_budget_caps_at_the_administrators_ratio_and_is_still_restored() {
         let fs_ = FakeSysfs::new("refused");
         let mut p = fs_.pacer();
         assert!(p.pace("7:0", 100 << 20).unwrap());
@@ -563,6 +563,29 @@ mod tests {
         p.release("7:0");
         assert_eq!(fs_.get("strict_limit"), "0");
         assert!(!fs_.dir.join("journal").exists());
+    }
+
+    /// A FUSE bdi's cap is 1 % of the system's limit (max_ratio_fine
+    /// 10000): no budget raises it, whether the kernel takes its max_bytes
+    /// or refuses it.
+    #[test]
+    fn a_budget_never_raises_the_administrators_cap() {
+        let fs_ = FakeSysfs::new("cap");
+        fs_.set("max_ratio_fine", "10000");
+        fs::write(fs_.dir.join("vmstat"), "nr_dirty 0\nnr_writeback 0\nnr_dirty_threshold 244140\n").unwrap();
+        let limit = 244140u64 * 4096;
+        let mut p = fs_.pacer();
+        assert!(p.pace("7:0", 64 << 20).unwrap());
+        assert_eq!(fs_.get("max_bytes"), (limit / 100).to_string(), "64 MiB held at 1 % of the limit");
+        assert!(p.pace("7:0", 4 << 20).unwrap());
+        assert_eq!(fs_.get("max_bytes"), (4u64 << 20).to_string(), "lowering is pacing");
+        fs::remove_file(fs_.dir.join("7:0/max_bytes")).unwrap();
+        fs::create_dir(fs_.dir.join("7:0/max_bytes")).unwrap();
+        assert!(p.pace("7:0", 4 << 30).unwrap());
+        assert_eq!(fs_.get("max_ratio_fine"), "10000", "a refused max_bytes falls back to the administrator's cap");
+        p.release("7:0");
+        assert_eq!(fs_.get("max_ratio_fine"), "10000");
+        assert_eq!(fs_.get("strict_limit"), "0");
     }
 
     #[test]

@@ -3,8 +3,10 @@
 # dirty pages, as for a disk).  Run as an unprivileged user inside
 # `unshare -Urm`: a mount no root made, in a namespace of the user's.
 # Mounts at MOUNTPOINT, then runs `dd` of MIB MiB into MOUNTPOINT/f (in the
-# same namespace), serving until dd ends; prints "done" and exits.
-#   fuse_slow.py MOUNTPOINT MIB_PER_SEC MIB
+# same namespace), serving until dd ends; prints "done" and exits.  With
+# STALL_AFTER, the server stops answering writes once it took that many MiB
+# (a server that hangs: whoever waits for that writeback waits for ever).
+#   fuse_slow.py MOUNTPOINT MIB_PER_SEC MIB [STALL_AFTER]
 import ctypes
 import os
 import stat
@@ -15,6 +17,7 @@ import threading
 import time
 
 mnt, rate, size = sys.argv[1], int(sys.argv[2]) << 20, int(sys.argv[3])
+stall = int(sys.argv[4]) << 20 if len(sys.argv) > 4 else None
 dev = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
 libc = ctypes.CDLL(None, use_errno=True)
 opts = f"fd={dev},rootmode=40000,user_id=0,group_id=0".encode()
@@ -74,6 +77,8 @@ while True:
         reply(unique, struct.pack("QII", 0, 0, 0))
     elif op == WRITE:
         _fh, offset, n = struct.unpack_from("QQI", body)
+        if stall is not None and served >= stall:
+            continue  # never answered
         size_of[FILE] = max(size_of[FILE], offset + n)
         # The server's speed is the user's to choose.
         t0 = t0 or time.monotonic()
