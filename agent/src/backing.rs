@@ -79,9 +79,15 @@ impl Backing {
 /// The owner of a loop device's backing file; None for any other device.
 fn loop_owner(bdi: &str) -> Option<u32> {
     let file = std::fs::read_to_string(format!("/sys/dev/block/{bdi}/loop/backing_file")).ok()?;
+    let file = std::path::Path::new(file.trim_end_matches('\n'));
+    // The path as whoever set the device up saw it: the unit's PrivateTmp
+    // hides the host's /tmp and /var/tmp from the daemon, and a disk image
+    // there is looked up through init's root instead.
+    let host = std::path::Path::new("/proc/1/root").join(file.strip_prefix("/").unwrap_or(file));
+    let owner = crate::sys::cached_owner(&host).or_else(|_| crate::sys::cached_owner(file));
     // A backing file deleted or out of reach is nobody's in particular:
     // the user who could have set it up is not known, so it counts as one.
-    Some(crate::sys::cached_owner(std::path::Path::new(file.trim_end_matches('\n'))).unwrap_or(u32::MAX))
+    Some(owner.unwrap_or(u32::MAX))
 }
 
 #[cfg(test)]

@@ -28,12 +28,14 @@ pub struct Peak {
     pub samples: u64,
 }
 
-/// One sample: seconds since the sampler started, dirty and writeback bytes.
+/// One sample: seconds since the sampler started, dirty and writeback bytes,
+/// and the bytes the device's writeback completed so far (BdiWritten).
 #[derive(Debug, Clone, Copy)]
 pub struct Sample {
     pub t: f64,
     pub dirty: u64,
     pub writeback: u64,
+    pub written: u64,
 }
 
 pub fn peak(series: &[Sample]) -> Peak {
@@ -48,6 +50,11 @@ pub fn peak(series: &[Sample]) -> Peak {
 
 /// (dirty, writeback) of a bdi now, in bytes.
 pub fn bdi_dirty_writeback(bdi: &str) -> Result<(u64, u64)> {
+    bdi_stats(bdi).map(|(dirty, writeback, _)| (dirty, writeback))
+}
+
+/// The device's dirty, writeback and written bytes (the last cumulative).
+fn bdi_stats(bdi: &str) -> Result<(u64, u64, u64)> {
     let path = format!("{DEBUGFS}/bdi/{bdi}/stats");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     let field = |name: &str| -> u64 {
@@ -57,7 +64,7 @@ pub fn bdi_dirty_writeback(bdi: &str) -> Result<(u64, u64)> {
             .unwrap_or(0)
             * 1024
     };
-    Ok((field("BdiReclaimable:"), field("BdiWriteback:")))
+    Ok((field("BdiReclaimable:"), field("BdiWriteback:"), field("BdiWritten:")))
 }
 
 pub struct Sampler {
@@ -80,8 +87,8 @@ impl Sampler {
         let handle = thread::spawn(move || {
             let (start, mut series) = (Instant::now(), Vec::new());
             while !flag.load(Ordering::Relaxed) {
-                if let Ok((dirty, writeback)) = bdi_dirty_writeback(&bdi) {
-                    series.push(Sample { t: start.elapsed().as_secs_f64(), dirty, writeback });
+                if let Ok((dirty, writeback, written)) = bdi_stats(&bdi) {
+                    series.push(Sample { t: start.elapsed().as_secs_f64(), dirty, writeback, written });
                 }
                 thread::sleep(interval);
             }

@@ -218,6 +218,7 @@ mod tests {
             mode: mode.into(),
             metrics: metrics.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             series: Vec::new(),
+            written: Vec::new(),
         }
     }
 

@@ -17,6 +17,9 @@ pub struct Run {
     /// (seconds, dirty bytes, writeback bytes), for copy runs.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub series: Vec<(f64, u64, u64)>,
+    /// The bytes written back by each sample of `series`, cumulative.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub written: Vec<u64>,
 }
 
 impl Run {
@@ -26,6 +29,7 @@ impl Run {
             mode: mode.into(),
             metrics: metrics.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             series: series.iter().map(|s| (s.t, s.dirty, s.writeback)).collect(),
+            written: series.iter().map(|s| s.written).collect(),
         }
     }
 }
@@ -122,7 +126,27 @@ pub fn write_json(runs: &[Run], path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Dirty + writeback of the device over time, one line per mode (its first run).
+/// The device's write throughput over time, MiB/s, from cumulative written
+/// bytes: each point over the half second before it (a 100 ms sample
+/// alone shows the writeback's bursts, not its rate).
+fn throughput(r: &Run) -> Vec<(f64, f64)> {
+    let points: Vec<(f64, u64)> = r.series.iter().map(|s| s.0).zip(r.written.iter().copied()).collect();
+    let mut out = Vec::new();
+    let mut from = 0;
+    for (i, &(t, w)) in points.iter().enumerate() {
+        while points[from].0 < t - 0.5 {
+            from += 1;
+        }
+        let (t0, w0) = points[from];
+        if i > from && t > t0 {
+            out.push((t, w.saturating_sub(w0) as f64 / MIB as f64 / (t - t0)));
+        }
+    }
+    out
+}
+
+/// Dirty + writeback of the device over time, and its write throughput
+/// below, one line per mode (its first run).
 pub fn plot(runs: &[Run], group: &str, path: &Path) -> Result<()> {
     let mut first: BTreeMap<usize, &Run> = BTreeMap::new();
     let mut order: Vec<&str> = Vec::new();
@@ -138,9 +162,12 @@ pub fn plot(runs: &[Run], group: &str, path: &Path) -> Result<()> {
     let mib = |b: u64| b as f64 / MIB as f64;
     let t_max = first.values().flat_map(|r| r.series.iter().map(|s| s.0)).fold(1.0, f64::max);
     let y_max = first.values().flat_map(|r| r.series.iter().map(|s| mib(s.1 + s.2))).fold(1.0, f64::max);
-    let root = SVGBackend::new(path, (1000, 560)).into_drawing_area();
+    let rates: BTreeMap<usize, Vec<(f64, f64)>> = first.iter().map(|(i, r)| (*i, throughput(r))).collect();
+    let rate_max = rates.values().flatten().map(|p| p.1).fold(1.0, f64::max);
+    let root = SVGBackend::new(path, (1000, 800)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (top, bottom) = root.split_vertically(480);
+    let mut chart = ChartBuilder::on(&top)
         .caption(format!("{group}: device dirty + writeback"), ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(40)
@@ -155,6 +182,17 @@ pub fn plot(runs: &[Run], group: &str, path: &Path) -> Result<()> {
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
     }
     chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption("written to the device", ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_max * 1.02, 0.0..rate_max * 1.1)?;
+    chart.configure_mesh().x_desc("seconds").y_desc("MiB/s").draw()?;
+    for (i, points) in &rates {
+        let color = Palette99::pick(*i).to_rgba();
+        chart.draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?;
+    }
     root.present()?;
     Ok(())
 }
