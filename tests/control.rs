@@ -123,22 +123,32 @@ fn wbctl_shows_a_live_stream_and_guards_state_changes() -> Result<()> {
     Ok(())
 }
 
-/// The same OpenMetrics text over HTTP when asked for, 404 for anything else.
-#[test]
-fn metrics_listen_serves_openmetrics() -> Result<()> {
-    require_root();
+/// A daemon serving metrics on a free loopback port, and that address.
+fn metrics_daemon() -> Result<(Daemon, String)> {
     // A free loopback port: bind, note it, let go.
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let addr = format!("127.0.0.1:{port}");
     let d = Daemon::start_with_args(&["--metrics-listen", &addr])?;
     std::thread::sleep(Duration::from_millis(1200));
-    let get = |path: &str| -> Result<String> {
-        let mut s = std::net::TcpStream::connect(&addr)?;
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())?;
-        let mut out = String::new();
-        std::io::Read::read_to_string(&mut s, &mut out)?;
-        Ok(out)
-    };
+    Ok((d, addr))
+}
+
+/// The whole answer to `GET path`, waiting at most 3 s for it.
+fn http_get(addr: &str, path: &str) -> Result<String> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(3)))?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())?;
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut s, &mut out)?;
+    Ok(out)
+}
+
+/// The same OpenMetrics text over HTTP when asked for, 404 for anything else.
+#[test]
+fn metrics_listen_serves_openmetrics() -> Result<()> {
+    require_root();
+    let (d, addr) = metrics_daemon()?;
+    let get = |path: &str| http_get(&addr, path);
     let ok = get("/metrics")?;
     assert!(ok.starts_with("HTTP/1.1 200") && ok.contains("application/openmetrics-text"), "{ok}");
     let body = ok.split("\r\n\r\n").nth(1).unwrap_or_default();
@@ -155,27 +165,17 @@ fn metrics_listen_serves_openmetrics() -> Result<()> {
 #[test]
 fn a_user_holding_metrics_connections_leaves_root_its_scrape() -> Result<()> {
     require_root();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let addr = format!("127.0.0.1:{port}");
-    let d = Daemon::start_with_args(&["--metrics-listen", &addr])?;
-    std::thread::sleep(Duration::from_millis(1200));
+    let (d, addr) = metrics_daemon()?;
+    let port = addr.rsplit(':').next().unwrap_or_default().to_owned();
     let script = "import socket, sys, time\n\
                   held = [socket.create_connection(('127.0.0.1', int(sys.argv[1]))) for _ in range(64)]\n\
                   print('held', flush=True)\n\
                   time.sleep(30)\n";
-    let mut hog =
-        as_nobody("/usr/bin/python3").args(["-c", script, &port.to_string()]).stdout(Stdio::piped()).spawn()?;
+    let mut hog = as_nobody("/usr/bin/python3").args(["-c", script, &port]).stdout(Stdio::piped()).spawn()?;
     let mut line = String::new();
     BufReader::new(hog.stdout.take().unwrap()).read_line(&mut line)?;
     std::thread::sleep(Duration::from_millis(300));
-    let scrape = (|| -> Result<String> {
-        let mut s = std::net::TcpStream::connect(&addr)?;
-        s.set_read_timeout(Some(Duration::from_secs(3)))?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
-        let mut out = String::new();
-        std::io::Read::read_to_string(&mut s, &mut out)?;
-        Ok(out)
-    })();
+    let scrape = http_get(&addr, "/metrics");
     hog.kill()?;
     hog.wait()?;
     let log = d.stop()?;

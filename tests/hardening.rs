@@ -17,7 +17,7 @@ const POLICY: &str = "window = \"1MiB\"\nburst = \"1MiB\"\n";
 const PYTHON: &str = "/usr/bin/python3";
 const SWAP_FD: &str = include_str!("attacks/swap_fd.py");
 const WATCH_OPENS: &str = include_str!("attacks/watch_opens.py");
-const FUSE_HANG: &str = include_str!("attacks/fuse_hang.py");
+const FUSE_HANG: &str = concat!(include_str!("attacks/fuse.py"), include_str!("attacks/fuse_hang.py"));
 const CHURN_STREAMS: &str = include_str!("attacks/churn_streams.py");
 
 /// A python script run as nobody.

@@ -17,7 +17,7 @@ use wb_tests::{daemon, *};
 
 /// Every write of 1 MiB crosses a window; every writer streams at once.
 const POLICY: &str = "window = \"1MiB\"\nburst = \"1MiB\"\n";
-const FUSE_SLOW: &str = include_str!("attacks/fuse_slow.py");
+const FUSE_SLOW: &str = concat!(include_str!("attacks/fuse.py"), include_str!("attacks/fuse_slow.py"));
 
 /// /dev/fuse open to every user, as Debian's desktops have it (0666; this
 /// host's is 0600), until dropped.

@@ -184,6 +184,15 @@ struct Queue {
     user_made: bool,
 }
 
+/// Counts `n` flushes left to the kernel as `kind`, and logs the first of
+/// a run of them (`logged` is cleared where the run ends).
+fn left_to_kernel(counters: &Counters, kind: ErrorKind, n: usize, logged: &mut bool, log: impl FnOnce()) {
+    counters.errors_add(kind, n as u64);
+    if !std::mem::replace(logged, true) {
+        log();
+    }
+}
+
 /// Threads for devices whose speed a user sets, at once.  A thread stuck in
 /// the kernel on a stalled device (a FUSE server that stopped answering,
 /// in the middle of a writeback the thread waits for) cannot be ended, and
@@ -232,15 +241,13 @@ impl Flushers {
         if !self.devices.contains_key(bdi) {
             let user_threads = self.devices.values().filter(|q| q.user_made).count();
             if device.user_made() && user_threads >= USER_DEVICE_THREADS {
-                self.counters.errors_add(ErrorKind::NoThread, n as u64);
-                if !std::mem::replace(&mut self.user_threads_logged, true) {
+                return left_to_kernel(&self.counters, ErrorKind::NoThread, n, &mut self.user_threads_logged, || {
                     tracing::warn!(
                         bdi,
                         max = USER_DEVICE_THREADS,
                         "devices users made already have their flusher threads: this one's writeback is left to the kernel"
-                    );
-                }
-                return;
+                    )
+                });
             }
             self.user_threads_logged &= user_threads + 1 >= USER_DEVICE_THREADS;
             match self.start(bdi, device) {
@@ -249,26 +256,26 @@ impl Flushers {
                     self.no_thread_logged = false;
                 }
                 Err(e) => {
-                    self.counters.errors_add(ErrorKind::NoThread, n as u64);
-                    if !std::mem::replace(&mut self.no_thread_logged, true) {
-                        tracing::warn!(bdi, error = %e, "cannot start a flusher thread: the device's writeback is left to the kernel");
-                    }
-                    return;
+                    return left_to_kernel(
+                        &self.counters,
+                        ErrorKind::NoThread,
+                        n,
+                        &mut self.no_thread_logged,
+                        || tracing::warn!(bdi, error = %e, "cannot start a flusher thread: the device's writeback is left to the kernel"),
+                    );
                 }
             }
         }
         let q = self.devices.get_mut(bdi).expect("started above");
         q.last = Instant::now();
         if !q.backlog.try_add(n, batch.user()) {
-            self.counters.errors_add(ErrorKind::OverCap, n as u64);
-            if !std::mem::replace(&mut q.full_logged, true) {
+            return left_to_kernel(&self.counters, ErrorKind::OverCap, n, &mut q.full_logged, || {
                 tracing::warn!(
                     bdi,
                     max = MAX_QUEUED,
                     "flush queue full: the excess is left to the kernel until the device catches up"
-                );
-            }
-            return;
+                )
+            });
         }
         if q.backlog.len() < MAX_QUEUED / 2 {
             q.full_logged = false;

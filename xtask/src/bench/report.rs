@@ -126,6 +126,31 @@ pub fn write_json(runs: &[Run], path: &Path) -> Result<()> {
     Ok(())
 }
 
+type Panel<'a> = ChartContext<
+    'a,
+    SVGBackend<'a>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// One plot of the figure: seconds across, `y_desc` up to `y_max`.
+fn panel<'a>(
+    area: &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
+    caption: &str,
+    font: u32,
+    t_max: f64,
+    y_max: f64,
+    y_desc: &str,
+) -> Result<Panel<'a>> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", font))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_max * 1.02, 0.0..y_max)?;
+    chart.configure_mesh().x_desc("seconds").y_desc(y_desc).draw()?;
+    Ok(chart)
+}
+
 /// The device's write throughput over time, MiB/s, from cumulative written
 /// bytes: each point over the half second before it (a 100 ms sample
 /// alone shows the writeback's bursts, not its rate).
@@ -167,13 +192,7 @@ pub fn plot(runs: &[Run], group: &str, path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, (1000, 800)).into_drawing_area();
     root.fill(&WHITE)?;
     let (top, bottom) = root.split_vertically(480);
-    let mut chart = ChartBuilder::on(&top)
-        .caption(format!("{group}: device dirty + writeback"), ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..t_max * 1.02, 0.0..y_max * 1.05)?;
-    chart.configure_mesh().x_desc("seconds").y_desc("MiB").draw()?;
+    let mut chart = panel(&top, &format!("{group}: device dirty + writeback"), 22, t_max, y_max * 1.05, "MiB")?;
     for (i, r) in &first {
         let color = Palette99::pick(*i).to_rgba();
         chart
@@ -182,13 +201,7 @@ pub fn plot(runs: &[Run], group: &str, path: &Path) -> Result<()> {
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
     }
     chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
-    let mut chart = ChartBuilder::on(&bottom)
-        .caption("written to the device", ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..t_max * 1.02, 0.0..rate_max * 1.1)?;
-    chart.configure_mesh().x_desc("seconds").y_desc("MiB/s").draw()?;
+    let mut chart = panel(&bottom, "written to the device", 18, t_max, rate_max * 1.1, "MiB/s")?;
     for (i, points) in &rates {
         let color = Palette99::pick(*i).to_rgba();
         chart.draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?;
