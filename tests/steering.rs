@@ -261,3 +261,23 @@ fn stalled_user_devices_leave_threads_for_disks() -> Result<()> {
     assert!(flushed >= 16 * MIB, "root's disk got no thread: {} MiB written back:\n{log}", flushed / MIB);
     Ok(())
 }
+
+/// A loop device over a user's own file (udisks sets one up for a user's
+/// disk image) is a device whose speed that user sets, like their FUSE
+/// mount: nobody streaming into it at 200 MiB/s was paced, now it is not.
+#[test]
+fn a_loop_device_over_a_users_file_steers_no_limit() -> Result<()> {
+    require_root();
+    let device = LoopDevice::new(512)?;
+    let name = device.dev.file_name().context("loop device name")?.to_string_lossy().into_owned();
+    let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))?;
+    std::os::unix::fs::chown(backing.trim_end(), Some(65534), Some(65534))?;
+    let fs = Mounted::new(device, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(POLICY), &[])?;
+    run(as_nobody("sh").arg("-c").arg(format!("head -c 256M /dev/zero | pv -qL 200m > {}", dir.join("f").display())))?;
+    let log = daemon.stop()?;
+    assert!(!log.contains("pacing on"), "a loop device over nobody's file was paced:\n{log}");
+    assert!(log.contains("loop (uid 65534's file)"), "not said:\n{log}");
+    Ok(())
+}
