@@ -63,9 +63,6 @@ const PER_BACKEND: &[(&str, &str, &[&str])] = &[
     ("reliability", "files_changed_under_a_stream_are_never_confused", &[]),
     ("lifecycle", "", BACKENDS),
     ("mmap_and_io_uring", "mapped_and_io_uring_writes_are_seen", FENTRY),
-    // Only the fentry backend sees the upper file's write (under the
-    // mounter's credentials); the full run checks whose it is.
-    ("hardening", "writes_through_overlayfs_count_as_the_writer_s", &[]),
 ];
 /// Run once a kernel, not per backend, since they choose backends
 /// themselves: (test binary, filter on every kernel, filter on the oldest
