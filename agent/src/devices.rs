@@ -176,8 +176,12 @@ impl Devices {
         let window = self.initial_window();
         let initial_bw = (self.policy.min_window.0 as f64 / self.policy.window_seconds) as u64;
         let in_flight = self.policy.in_flight_seconds;
+        // Read once for a superblock not seen before (its grain, its
+        // backing), and not at all for the events after.
+        let new_sb = self.devs.get(&bdi).is_none_or(|d| !d.sb_devs.contains(&ev.sb_dev));
+        let (mounts, sb_dev) = if new_sb { (crate::sys::mounts(), sb_dev_name(ev.sb_dev)) } else { Default::default() };
         let dev = self.devs.entry(bdi.clone()).or_insert_with(|| {
-            let grain = compress_grain(ev.sb_dev);
+            let grain = compress_grain(&sb_dev, &mounts);
             let max_request = max_request(&bdi).max(grain);
             tracing::debug!(bdi, max_request, grain, "new device");
             if grain != 0 {
@@ -214,7 +218,7 @@ impl Devices {
             // Each superblock of the device is looked at once: one a user
             // made (a FUSE mount on a shared anonymous bdi cannot be, but
             // a loop device may carry several) makes the whole bdi theirs.
-            let backing = Backing::of(&bdi, &sb_dev_name(ev.sb_dev), &crate::sys::mounts());
+            let backing = Backing::of(&bdi, &sb_dev, &mounts);
             if backing.user_made() || dev.sb_devs.len() == 1 {
                 if backing.user_made() && !dev.backing.user_made() {
                     tracing::info!(
@@ -407,13 +411,13 @@ impl Devices {
 /// `compress-force` never marks a file, so it needs no grain.
 const BTRFS_EXTENT: u64 = 128 << 20;
 
-/// The grain of the superblock `sb_dev` (kernel dev_t): BTRFS_EXTENT where
-/// btrfs compresses files as it decides (mounted with `compress`), else 0.
+/// The grain of the superblock `sb_dev` ("major:minor", as `mounts` list
+/// it): BTRFS_EXTENT where btrfs compresses files as it decides (mounted
+/// with `compress`), else 0.
 /// Read when the device is first seen: a remount with other options
 /// takes effect at the daemon's next start.
-fn compress_grain(sb_dev: u32) -> u64 {
-    let dev = sb_dev_name(sb_dev);
-    crate::sys::mounts().iter().find(|m| m.dev == dev).map_or(0, |m| grain_for(&m.fstype, &m.options))
+fn compress_grain(sb_dev: &str, mounts: &[crate::sys::MountInfo]) -> u64 {
+    mounts.iter().find(|m| m.dev == sb_dev).map_or(0, |m| grain_for(&m.fstype, &m.options))
 }
 
 /// A kernel dev_t as mountinfo writes it ("major:minor").

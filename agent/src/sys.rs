@@ -182,12 +182,7 @@ pub fn cached_identity(fd: RawFd) -> io::Result<(FileId, libc::mode_t)> {
 /// (dev, ino) and file type of what `path` beneath `dirfd` names (or `dirfd`
 /// itself, with AT_EMPTY_PATH), read from the inode in memory.
 fn cached_statx(dirfd: RawFd, path: &CStr, flags: i32) -> io::Result<(FileId, libc::mode_t)> {
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    let flags = flags | libc::AT_STATX_DONT_SYNC;
-    let mask = libc::STATX_TYPE | libc::STATX_INO;
-    if unsafe { libc::statx(dirfd, path.as_ptr(), flags, mask, &mut stx) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let stx = statx_in_memory(dirfd, path, flags, libc::STATX_TYPE | libc::STATX_INO)?;
     let dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
     Ok((FileId { dev, ino: stx.stx_ino }, stx.stx_mode as libc::mode_t & libc::S_IFMT))
 }
@@ -196,12 +191,17 @@ fn cached_statx(dirfd: RawFd, path: &CStr, flags: i32) -> io::Result<(FileId, li
 /// (AT_STATX_DONT_SYNC: a FUSE or NFS server is not asked).
 pub fn cached_owner(path: &Path) -> io::Result<u32> {
     let path = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok(statx_in_memory(libc::AT_FDCWD, &path, libc::AT_NO_AUTOMOUNT, libc::STATX_UID)?.stx_uid)
+}
+
+/// statx(2) with AT_STATX_DONT_SYNC: the fields in `mask` as the inode in
+/// memory has them, which no FUSE or network filesystem is asked for.
+fn statx_in_memory(dirfd: RawFd, path: &CStr, flags: i32, mask: u32) -> io::Result<libc::statx> {
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    let flags = libc::AT_STATX_DONT_SYNC | libc::AT_NO_AUTOMOUNT;
-    if unsafe { libc::statx(libc::AT_FDCWD, path.as_ptr(), flags, libc::STATX_UID, &mut stx) } != 0 {
+    if unsafe { libc::statx(dirfd, path.as_ptr(), flags | libc::AT_STATX_DONT_SYNC, mask, &mut stx) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(stx.stx_uid)
+    Ok(stx)
 }
 
 /// Opens (or creates) one of the daemon's own files under /run, readable

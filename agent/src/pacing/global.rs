@@ -266,9 +266,8 @@ impl Global {
     /// values come to (`dirty_bytes`, or `dirty_ratio` of the memory that
     /// can be dirtied).  Their bytes where vmstat does not say.
     fn threshold(&self, now: &Limits) -> u64 {
-        let pages = threshold_pages(&self.vmstat);
-        match (pages, now.dirty_bytes) {
-            (Some(p), _) => p * self.page_size,
+        match (self.kernel_threshold(), now.dirty_bytes) {
+            (Some(bytes), _) => bytes,
             (None, 0) => u64::MAX,
             (None, bytes) => bytes,
         }
