@@ -14,9 +14,10 @@ S=/run/systest
 # shellcheck source=/dev/null
 # WATCH: seconds the service must run without a restart; USB: quick|full;
 # USB_DEFAULT_ON: the kernel line (or all) that copies with the kernel
-# default too; ONLY: usb or db runs only that part of the second boot; DB:
+# default too; ONLY: usb, db or nfs runs only that part of the second boot; DB:
 # 1 runs the database beside a copy (db.sh); STICK_BPS: the sticks' write
-# throttle.
+# throttle; NFS: quick|full; NFS_ON: the kernel line (or all) that runs the
+# NFS part (nfs.sh).
 . $S/config
 MAX_EXPOSURE=2.0
 failed=0
@@ -361,6 +362,8 @@ systemctl restart writebehindd
 ((DB)) && . $S/db.sh
 # shellcheck source=usb.sh
 . $S/usb.sh
+# shellcheck source=nfs.sh
+. $S/nfs.sh
 
 echo "systest: journalctl -u writebehindd:"
 log | sed 's/^/systest:   /'

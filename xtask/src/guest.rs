@@ -53,8 +53,13 @@ pub fn root_for(version: &str) -> Result<&'static Root> {
 /// packages, fetched by kernels.rs, are installed from their files at the
 /// end), and what the test script uses (mkfs.ext4 for its loop filesystem, pv for a paced writer,
 /// procps for pgrep; for the USB sticks mkfs.vfat, mkfs.exfat, mkfs.ntfs,
-/// rsync and GLib's `gio copy`).  systemd-analyze and journalctl come with
-/// systemd.
+/// rsync and GLib's `gio copy`; for NFS (nfs.sh) Debian's server and
+/// client, iproute2's tc to shape the link, strace to time the copy's
+/// close).  systemd-analyze and journalctl come with systemd.  The NFS
+/// packages are in every image, not a variant of their own as PostgreSQL
+/// is: the quick run's NFS case needs them on CI's image, and they add a
+/// few MiB (nfs-kernel-server, nfs-common, rpcbind, iproute2, strace and
+/// their libraries; recommends are not installed).
 const PACKAGES: &[&str] = &[
     "systemd",
     "systemd-sysv",
@@ -70,6 +75,10 @@ const PACKAGES: &[&str] = &[
     "ntfs-3g",
     "rsync",
     "libglib2.0-bin",
+    "nfs-kernel-server",
+    "nfs-common",
+    "iproute2",
+    "strace",
 ];
 /// The full systest's database (db.sh): Debian's postgresql, with pgbench.
 /// Its own image (`<suite>+db-`), so that the quick run's, which CI builds

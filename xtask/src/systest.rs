@@ -20,10 +20,19 @@
 //! In the full run, a real PostgreSQL (xtask/guest/db.sh) runs pgbench on
 //! the stick beside a copy, with the kernel default, the root policy and
 //! `mode = "off"` for the database; its image is the root with Debian's
-//! postgresql (built only for it).  `--only usb` or `--only db` skips the
-//! second boot's other checks.  The quick run copies
-//! with the kernel default on the newest kernel only (77 s a kernel);
-//! `--default-everywhere` does so on each, for a side-by-side per kernel.
+//! postgresql (built only for it).  Then NFS (xtask/guest/nfs.sh): the
+//! guest exports a disk of its own with Debian's nfs-kernel-server and
+//! mounts it over `lo` shaped with netem (30 MiB/s, 4 ms; 110 MiB/s,
+//! 0.2 ms), 4.2 and 3; a desktop user's copies with the kernel default and
+//! with the daemon (close after the last write, stat, ls -l and another
+//! writer's fsync beside the copy, the total to sync, dirty and writeback
+//! of the client and of the server's disk, WRITE and COMMIT counts); a
+//! server that stops answering mid-copy.  The quick run has one NFS copy
+//! each way on the newest kernel only.  `--only usb`, `--only db` or
+//! `--only nfs` skips the second boot's other checks.  The quick run copies
+//! to the sticks with the kernel default on the newest kernel only (77 s a
+//! kernel); `--default-everywhere` does so on each, for a side-by-side per
+//! kernel.
 
 use std::{
     fs,
@@ -38,6 +47,7 @@ use crate::guest::{self, kernels};
 const SCRIPT: &str = include_str!("../guest/systest.sh");
 const USB_SCRIPT: &str = include_str!("../guest/usb.sh");
 const DB_SCRIPT: &str = include_str!("../guest/db.sh");
+const NFS_SCRIPT: &str = include_str!("../guest/nfs.sh");
 /// The sticks: sparse images, big enough for the full run's copies.
 const STICK_SIZE: u64 = 4 << 30;
 /// A USB 2 stick's write bandwidth; the full run also throttles to 10 MiB/s.
@@ -78,6 +88,7 @@ enum Only {
     All,
     Usb,
     Db,
+    Nfs,
 }
 
 impl Only {
@@ -86,7 +97,7 @@ impl Only {
     fn db(self, quick: bool) -> bool {
         match self {
             Only::All => !quick,
-            Only::Usb => false,
+            Only::Usb | Only::Nfs => false,
             Only::Db => true,
         }
     }
@@ -99,16 +110,21 @@ fn share(dir: &Path, payload: &Payload, watch: u64, quick: bool, only: Only, def
     fs::write(dir.join("systest.sh"), SCRIPT)?;
     fs::write(dir.join("usb.sh"), USB_SCRIPT)?;
     fs::write(dir.join("db.sh"), DB_SCRIPT)?;
+    fs::write(dir.join("nfs.sh"), NFS_SCRIPT)?;
     let usb = if quick { "quick" } else { "full" };
     let part = match only {
         Only::All => "",
         Only::Usb => "usb",
         Only::Db => "db",
+        Only::Nfs => "nfs",
     };
+    // NFS_ON: the kernel line (or all) that runs the NFS part; the quick
+    // run's is the newest, as its sticks' default copies.
+    let nfs_on = if quick && only != Only::Nfs { kernels::NEWEST } else { "all" };
     fs::write(
         dir.join("config"),
         format!(
-            "WATCH={watch}\nUSB={usb}\nUSB_DEFAULT_ON={}\nONLY={part}\nDB={}\nSTICK_BPS={STICK_BPS}\n",
+            "WATCH={watch}\nUSB={usb}\nUSB_DEFAULT_ON={}\nONLY={part}\nDB={}\nSTICK_BPS={STICK_BPS}\nNFS={usb}\nNFS_ON={nfs_on}\n",
             if quick && !default_on_all { kernels::NEWEST } else { "all" },
             only.db(quick) as u8
         ),
@@ -172,8 +188,12 @@ pub fn main(args: &[String]) -> Result<()> {
             ("--no-deb", _) => no_deb = true,
             ("--images", _) => images_only = true,
             ("--default-everywhere", _) => default_on_all = true,
-            ("--only", Some(o)) if o == "usb" || o == "db" => {
-                only = if o == "usb" { Only::Usb } else { Only::Db };
+            ("--only", Some(o)) if ["usb", "db", "nfs"].contains(&o.as_str()) => {
+                only = match o.as_str() {
+                    "usb" => Only::Usb,
+                    "db" => Only::Db,
+                    _ => Only::Nfs,
+                };
                 it.next();
             }
             ("--deb", Some(f)) => {
@@ -181,7 +201,7 @@ pub fn main(args: &[String]) -> Result<()> {
                 it.next();
             }
             _ => bail!(
-                "usage: cargo xtask systest [--quick] [--kernel V[,V...]] [--deb FILE|--no-deb] [--only usb|db] [--default-everywhere] [--images]"
+                "usage: cargo xtask systest [--quick] [--kernel V[,V...]] [--deb FILE|--no-deb] [--only usb|db|nfs] [--default-everywhere] [--images]"
             ),
         }
     }

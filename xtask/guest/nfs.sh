@@ -1,0 +1,449 @@
+# NFS, sourced by systest.sh in the second boot (the full run, the quick
+# run's small case, or --only nfs): the service is installed and running,
+# pass/fail/measure/check/wait_for/knobs_are are set, /mnt/wb is the
+# workload's loop disk.
+#
+# The rig: the guest is its own server.  Debian's nfs-kernel-server exports
+# an ext4 filesystem on a loop device of its own (direct I/O, like the
+# workload's, so that the server's writes are that device's and not the root
+# filesystem's cache), and the guest mounts it over `lo`, hard, TCP, the
+# default wsize.  `lo` is shaped with netem (delay and rate; each packet
+# crosses `lo` once, so the round trip is twice the delay): "wifi" 30 MiB/s,
+# 4 ms; "gigabit" 110 MiB/s, 0.2 ms.  The guest has no other network, and
+# nothing else of the test uses `lo`.
+#
+# Each copy is carol's (a desktop user's), once with the kernel default
+# (service stopped) and once with the daemon, on a fresh directory.  For the
+# big file, `cp` runs under strace (write and close, timed: the last write's
+# end to close's return), and two other processes of carol's run beside it:
+# `stat` of the file and `ls -l` of its directory every 0.1 s, and a 4 KiB
+# write + fsync of another file on the mount every 0.2 s (dd conv=fsync,
+# timed around the whole command, as a program saving a file would wait).
+# Sampled every 0.1 s: dirty + writeback of the client's bdi (0:NN; NFS
+# counts pages written UNSTABLE and not yet committed as writeback since
+# 5.8) and of the server's disk.  /proc/self/mountstats' WRITE and COMMIT
+# counts before and after show when the client committed.  The total runs
+# from the copy's start to `sync` done.
+#
+# Scaled for TCG, as usb.sh: quick copies one 128 MiB file over 4.2 (the
+# newest kernel only, NFS_ON); full a 512 MiB file over 4.2 and 3 at 30 MiB/s
+# and over 4.2 at 110, a folder of 60 files of 2-12 MiB with cp -r, rsync
+# -a, tar x and gio copy, and a server that stops answering for NFS_HANG
+# seconds mid-copy.
+MIB=$((1 << 20))
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+id carol >/dev/null 2>&1 || useradd -M carol
+NFS_SRC=/var/tmp/nfs-src
+NFS_IMG=/var/tmp/nfs-export.img
+NFS_EXPORT=/srv/nfs
+NFS_MNT=/mnt/nfs
+NFS_STOP=/run/nfs-probes-stop
+if [ "$NFS" = quick ]; then
+    nfs_mib=128 nfs_photos=0 NFS_HANG=0
+else
+    nfs_mib=512 nfs_photos=60 NFS_HANG=60
+fi
+
+# The big file and the photo folder, world-readable, read once so that the
+# copies read the page cache.
+nfs_sources() {
+    [ -d $NFS_SRC ] && return
+    mkdir -p $NFS_SRC/photos
+    head -c ${nfs_mib}M /dev/urandom >$NFS_SRC/big.bin
+    local i
+    for ((i = 0; i < nfs_photos; i++)); do
+        head -c $(((2 + RANDOM % 11) * MIB + RANDOM)) /dev/urandom >$NFS_SRC/photos/IMG_$((1000 + i)).JPG
+    done
+    chmod -R a+rX $NFS_SRC
+    cat $NFS_SRC/big.bin $NFS_SRC/photos/* >/dev/null 2>&1
+}
+
+# The server: its own disk, exported to the guest itself (root_squash, the
+# default: the test's root is nobody on the mount, and removes carol's files
+# as carol).  A short grace
+# period (the server starts with one; a 4.x OPEN in it waits for its end,
+# 90 s by default).
+nfs_server() {
+    truncate -s 3G $NFS_IMG
+    mkfs.ext4 -q -F $NFS_IMG
+    nfs_loop=$(losetup -f --show --direct-io=on $NFS_IMG)
+    mkdir -p $NFS_EXPORT $NFS_MNT
+    # discard: what the copies free is freed in the image on the root disk
+    mount -o discard "$nfs_loop" $NFS_EXPORT
+    mkdir $NFS_EXPORT/dst
+    chown carol: $NFS_EXPORT/dst
+    server_bdi=$(mountpoint -d $NFS_EXPORT)
+    echo "$NFS_EXPORT 127.0.0.1(rw,sync,no_subtree_check)" >/etc/exports
+    mkdir -p /etc/nfs.conf.d
+    printf '[nfsd]\ngrace-time=10\n' >/etc/nfs.conf.d/wb-systest.conf
+    systemctl restart nfs-server
+}
+
+# nfs_link <name>: shapes `lo` as that link; nfs_link off: unshaped.
+nfs_link() {
+    case $1 in
+    wifi) link_mibps=30 link_delay=2 ;;
+    gigabit) link_mibps=110 link_delay=0.1 ;;
+    off)
+        tc qdisc del dev lo root 2>/dev/null
+        return 0
+        ;;
+    esac
+    link_name=$1
+    tc qdisc replace dev lo root netem delay ${link_delay}ms rate ${link_mibps}MiBps limit 10000
+}
+
+# nfs_mount <version>: mounts the export at $NFS_MNT; sets client_bdi.
+nfs_mount() {
+    mount -t nfs -o vers="$1",hard,proto=tcp 127.0.0.1:$NFS_EXPORT $NFS_MNT || return 1
+    nfs_vers=$1
+    client_bdi=$(mountpoint -d $NFS_MNT)
+    # What the link carries, measured once per mount: 64 MiB of O_DIRECT
+    # writes, 16 MiB each (16 WRITEs in flight), as carol.
+    local t0 t1
+    t0=$(date +%s%N)
+    runuser -u carol -- dd if=/dev/zero of=$NFS_MNT/dst/probe bs=16M count=4 oflag=direct status=none
+    t1=$(date +%s%N)
+    runuser -u carol -- rm -f $NFS_MNT/dst/probe
+    measure "nfs-$nfs_vers-$link_name-link" "$((64 * 1000000000 / (t1 - t0))) MiB/s of O_DIRECT writes (netem ${link_mibps} MiB/s, delay ${link_delay} ms each way; client bdi $client_bdi, server $server_bdi, $(grep -o "vers=[0-9.]*,rsize=[0-9]*,wsize=[0-9]*" /proc/mounts | head -1))"
+    nfs_idle
+}
+
+# WRITE ops, COMMIT ops, COMMIT's total execute ms of the mount, from
+# /proc/self/mountstats (per-op: ops trans timeouts sent recv queue rtt
+# execute).
+nfs_ops() {
+    awk -v m="mounted on $NFS_MNT " '
+        /^device / { on = index($0, m) > 0 }
+        on && $1 == "WRITE:" { w = $2 }
+        on && $1 == "COMMIT:" { c = $2; ce = $9 }
+        END { print w + 0, c + 0, ce + 0 }' /proc/self/mountstats
+}
+
+# Dirty + writeback of bdi $1, KiB.
+bdi_kib() {
+    local k v u n=0
+    while read -r k v u; do
+        case $k in BdiReclaimable: | BdiWriteback:) n=$((n + v)) ;; esac
+    done <"/sys/kernel/debug/bdi/$1/stats"
+    echo $n
+}
+# Samples the client's and the server's dirty + writeback every 0.1 s;
+# writes "<client> <server>" peaks, KiB, to $1.
+nfs_sampler() {
+    local c s peak=0 speak=0
+    while :; do
+        c=$(bdi_kib "$client_bdi")
+        s=$(bdi_kib "$server_bdi")
+        if ((c > peak || s > speak)); then
+            ((c > peak)) && peak=$c
+            ((s > speak)) && speak=$s
+            echo "$peak $speak" >"$1"
+        fi
+        sleep 0.1
+    done
+}
+
+# The probes beside the copy, as carol, until $NFS_STOP exists: one line
+# per sample of µs, on stdout.
+probe_stat() {
+    local t0 t1 t2
+    until [ -e "$NFS_STOP" ]; do
+        t0=${EPOCHREALTIME/./}
+        stat "$1" >/dev/null 2>&1
+        t1=${EPOCHREALTIME/./}
+        ls -l "${1%/*}" >/dev/null
+        t2=${EPOCHREALTIME/./}
+        echo "$((t1 - t0)) $((t2 - t1))"
+        sleep 0.1
+    done
+}
+probe_fsync() {
+    local t0 t1
+    until [ -e "$NFS_STOP" ]; do
+        t0=${EPOCHREALTIME/./}
+        dd if=/dev/zero of="$1" bs=4k count=1 conv=fsync status=none
+        t1=${EPOCHREALTIME/./}
+        echo "$((t1 - t0))"
+        sleep 0.2
+    done
+}
+# "p50 p99 max (n)" in ms of column $1 of file $2 (µs).
+pcts() {
+    awk -v c="$1" '{ print $c }' "$2" | sort -n | awk '
+        { v[NR] = $1 }
+        END {
+            if (NR == 0) { print "- - - (0)"; exit }
+            i = int(NR * 0.99 + 0.999); if (i > NR) i = NR
+            printf "%d %d %d (%d)\n", v[int((NR + 1) / 2)] / 1000, v[i] / 1000, v[NR] / 1000, NR
+        }'
+}
+# From strace -ttt -T output (each line starts with the syscall's start
+# time, ends with its duration): seconds from the end of the last write to
+# the return of the close of its descriptor, and that close's own time.
+last_write_to_close() {
+    awk '
+        $2 ~ /^write\(/ { split($2, a, /[(,]/); fd = a[2]; d = $NF; gsub(/[<>]/, "", d); end = $1 + d; out = "" }
+        $2 ~ /^close\(/ && out == "" {
+            split($2, a, /[(),]/); d = $NF; gsub(/[<>]/, "", d)
+            if (a[2] == fd) out = sprintf("%.3f %.3f", $1 + d - end, d)
+        }
+        END { print out }' "$1"
+}
+
+# The probes with nothing else on the mount, for 3 s each: what a stat,
+# an ls -l and a 4 KiB write + fsync cost here without a copy (the
+# emulator's process start is most of it).
+nfs_idle() {
+    local f=$NFS_MNT/dst/idle.bin
+    runuser -u carol -- dd if=/dev/zero of=$f bs=1M count=4 status=none
+    rm -f $NFS_STOP
+    runuser -u carol -- bash -c "$(declare -f probe_stat); NFS_STOP=$NFS_STOP; probe_stat $f" >/run/nfs-stat &
+    sleep 3
+    touch $NFS_STOP
+    wait $!
+    rm -f $NFS_STOP
+    runuser -u carol -- bash -c "$(declare -f probe_fsync); NFS_STOP=$NFS_STOP; probe_fsync $NFS_MNT/dst/save.txt" >/run/nfs-fsync &
+    sleep 3
+    touch $NFS_STOP
+    wait $!
+    measure "nfs-$nfs_vers-$link_name-idle" "p50/p99/max ms (n): stat $(pcts 1 /run/nfs-stat), ls -l $(pcts 2 /run/nfs-stat), 4 KiB write + fsync $(pcts 1 /run/nfs-fsync)"
+    runuser -u carol -- rm -f $f $NFS_MNT/dst/save.txt
+}
+
+declare -A nfs_total
+# nfs_copy <tool> <mode: default|daemon>: one copy to a fresh directory,
+# measured (see the top).
+nfs_copy() {
+    local tool=$1 mode=$2 name="nfs-$nfs_vers-$link_name-$1"
+    local peak_file=/run/nfs-peak sampler probes=() t0 t1 t2 rc ops0 ops1 backlog
+    if [ "$mode" = default ]; then systemctl stop writebehindd; else systemctl start writebehindd; fi
+    runuser -u carol -- rm -rf $NFS_MNT/dst/copy
+    runuser -u carol -- mkdir $NFS_MNT/dst/copy
+    sync
+    echo "0 0" >$peak_file
+    rm -f $NFS_STOP /run/nfs-stat /run/nfs-fsync /var/tmp/nfs-strace
+    ops0=$(nfs_ops)
+    nfs_sampler $peak_file &
+    sampler=$!
+    local dst=$NFS_MNT/dst/copy/big.bin
+    if [ "$tool" = cp ]; then
+        runuser -u carol -- bash -c "$(declare -f probe_stat); NFS_STOP=$NFS_STOP; probe_stat $dst" >/run/nfs-stat &
+        probes+=($!)
+        runuser -u carol -- bash -c "$(declare -f probe_fsync); NFS_STOP=$NFS_STOP; probe_fsync $NFS_MNT/dst/save.txt" >/run/nfs-fsync &
+        probes+=($!)
+    fi
+    # A status while the daemon copies (once per run: the first daemon copy).
+    local status_pid=
+    if [ "$mode" = daemon ] && [ -z "${nfs_status_shown:-}" ]; then
+        nfs_status_shown=1
+        (sleep 3 && wbctl status | sed 's/^/systest:   wbctl status: /') &
+        status_pid=$!
+    fi
+    t0=$(date +%s%N)
+    case $tool in
+    cp) runuser -u carol -- strace -ttt -T -s 0 -e 'trace=!read' -o /var/tmp/nfs-strace cp $NFS_SRC/big.bin $dst ;;
+    cp-r) runuser -u carol -- cp -r $NFS_SRC/photos $NFS_MNT/dst/copy/ ;;
+    rsync) runuser -u carol -- rsync -a $NFS_SRC/photos $NFS_MNT/dst/copy/ ;;
+    # (the archive from a pipe: the root disk has no room for a third copy)
+    tar) tar -C $NFS_SRC -cf - photos | runuser -u carol -- tar -C $NFS_MNT/dst/copy -xf - ;;
+    gio) runuser -u carol -- mkdir $NFS_MNT/dst/copy/photos && runuser -u carol -- gio copy $NFS_SRC/photos/* $NFS_MNT/dst/copy/photos/ ;;
+    esac
+    rc=$?
+    t1=$(date +%s%N)
+    backlog=$(($(bdi_kib "$server_bdi") / 1024))
+    sync
+    t2=$(date +%s%N)
+    touch $NFS_STOP
+    kill $sampler
+    wait $sampler "${probes[@]}" $status_pid 2>/dev/null
+    ops1=$(nfs_ops)
+    local client server
+    read -r client server <$peak_file
+    local w0 c0 ce0 w1 c1 ce1
+    read -r w0 c0 ce0 <<<"$ops0"
+    read -r w1 c1 ce1 <<<"$ops1"
+    local src=$NFS_SRC/photos cmpdst=$NFS_MNT/dst/copy/photos same=0
+    [ "$tool" = cp ] && src=$NFS_SRC/big.bin cmpdst=$dst
+    diff -r -q $src $cmpdst >/dev/null && same=1
+    nfs_total[$name-$mode]=$((t2 - t0))
+    measure "$name-$mode" "copy $(secs "$t0" "$t1") s, total to sync $(secs "$t0" "$t2") s, peak dirty+writeback $((client / 1024)) MiB (client), server's disk peak $((server / 1024)) MiB and $backlog MiB as the copy ended, WRITE $((w1 - w0)) COMMIT $((c1 - c0)) ($((ce1 - ce0)) ms in COMMITs)"
+    if [ "$tool" = cp ]; then
+        local lw close_s
+        read -r lw close_s <<<"$(last_write_to_close /var/tmp/nfs-strace)"
+        measure "$name-$mode-close" "last write to close returned ${lw:-?} s (close itself ${close_s:-?} s)"
+        # What cp did from its last write on.
+        awk '$2 ~ /^write\(/ { n = NR } { l[NR] = $0 } END { for (i = n; i <= NR && i < n + 8; i++) print l[i] }' \
+            /var/tmp/nfs-strace | sed 's/^/systest:   strace: /' 
+        measure "$name-$mode-stat" "p50/p99/max ms (n) $(pcts 1 /run/nfs-stat)"
+        measure "$name-$mode-ls-l" "p50/p99/max ms (n) $(pcts 2 /run/nfs-stat)"
+        measure "$name-$mode-4k-fsync" "p50/p99/max ms (n) $(pcts 1 /run/nfs-fsync)"
+        nfs_goals "$name" "$mode" "$lw" "$client"
+    fi
+    check "$name-$mode-exit-0" [ "$rc" = 0 ]
+    check "$name-$mode-identical" [ $same = 1 ]
+    runuser -u carol -- rm -rf $NFS_MNT/dst/copy $NFS_MNT/dst/save.txt
+}
+
+# The goals for the daemon's big copy: the last write to close within
+# 0.5 s, stat/ls -l and 4 KiB write + fsync p99 within 200 and 300 ms, the
+# total within 1.03x the default's, the peak within 2 s of the link.  Shown
+# as one line; checked in the full run (the quick one on CI reports them).
+nfs_goals() {
+    local name=$1 mode=$2 lw=$3 client=$4
+    [ "$mode" = daemon ] || return 0
+    local stat_p99 ls_p99 fsync_p99 goals=() met=1
+    stat_p99=$(pcts 1 /run/nfs-stat | cut -d' ' -f2)
+    ls_p99=$(pcts 2 /run/nfs-stat | cut -d' ' -f2)
+    fsync_p99=$(pcts 1 /run/nfs-fsync | cut -d' ' -f2)
+    goal() {
+        if "${@:2}"; then goals+=("$1:met"); else goals+=("$1:missed"); met=0; fi
+    }
+    goal close-0.5s awk -v v="${lw:-99}" 'BEGIN { exit !(v <= 0.5) }'
+    goal stat-p99-200ms [ "${stat_p99:-99999}" -le 200 ]
+    goal ls-p99-200ms [ "${ls_p99:-99999}" -le 200 ]
+    goal fsync-p99-300ms [ "${fsync_p99:-99999}" -le 300 ]
+    local def=${nfs_total[$name-default]:-0}
+    within_total() { [ "$def" -gt 0 ] && [ $((nfs_total[$name-daemon] * 100)) -le $((def * 103)) ]; }
+    goal total-1.03x within_total
+    goal peak-2s [ $((client / 1024)) -le $((2 * link_mibps)) ]
+    measure "$name-goals" "${goals[*]}"
+    [ "$NFS" = full ] && check "$name-goals" [ $met = 1 ]
+    return 0
+}
+
+# A server that stops answering: `lo` drops every packet for NFS_HANG s
+# while carol copies the big file with the daemon running (the hard mount's
+# writers and flushers wait, as they would for a crashed server or a pulled
+# cable; the server keeps its state).  During it: `wbctl status` answers
+# within 2 s, a copy to the workload's disk completes, the daemon stopped
+# exits within its TimeoutStopSec and the knobs are back.  After it the copy
+# completes and its data are compared.
+nfs_hang() {
+    local knobs_before stop_s=20 t0 t1 writer rc hang_t restored
+    systemctl start writebehindd
+    knobs_before=$(knobs)
+    runuser -u carol -- rm -rf $NFS_MNT/dst/hang
+    runuser -u carol -- mkdir $NFS_MNT/dst/hang
+    runuser -u carol -- cp $NFS_SRC/big.bin $NFS_MNT/dst/hang/ &
+    writer=$!
+    copied() { [ "$(stat -c %s $NFS_MNT/dst/hang/big.bin 2>/dev/null || echo 0)" -ge $((96 * MIB)) ]; }
+    wait_for 120 copied
+    tc qdisc change dev lo root netem delay ${link_delay}ms rate ${link_mibps}MiBps limit 10000 loss 100%
+    hang_t=$(date +%s)
+    sleep 5
+    local pid
+    pid=$(prop MainPID)
+    t0=$(date +%s%N)
+    timeout 2 wbctl status >/run/nfs-hang-status 2>&1
+    rc=$?
+    t1=$(date +%s%N)
+    measure nfs-hang-wbctl-status "exit $rc in $(secs "$t0" "$t1") s"
+    check nfs-hang-wbctl-status-within-2s [ $rc = 0 ]
+    sed 's/^/systest:   during the hang: /' /run/nfs-hang-status
+    t0=$(date +%s%N)
+    timeout 60 dd if=$NFS_SRC/big.bin of=/mnt/wb/beside-hang bs=1M count=128 conv=fsync status=none
+    rc=$?
+    t1=$(date +%s%N)
+    measure nfs-hang-other-device "128 MiB + fsync to the workload disk: exit $rc in $(secs "$t0" "$t1") s"
+    check nfs-hang-other-device-copy [ $rc = 0 ]
+    rm -f /mnt/wb/beside-hang
+    # The daemon's threads, as they are before it is stopped.
+    for t in /proc/"$pid"/task/*; do
+        echo "systest:   task $(cat "$t"/comm) $(cat "$t"/wchan 2>/dev/null) $(tr '\n' ' ' <"$t"/stack 2>/dev/null | cut -c1-200)"
+    done | grep -v -e ' do_epoll_wait' -e ' futex_wait' -e ' hrtimer_nanosleep' | head -20
+    t0=$(date +%s%N)
+    timeout $((3 * stop_s)) systemctl stop writebehindd
+    t1=$(date +%s%N)
+    measure nfs-hang-daemon-stop "$(secs "$t0" "$t1") s, result $(prop Result), $(prop ActiveState)"
+    stopped_in_time() { [ $((t1 - t0)) -le $((stop_s * 1000000000)) ] && [ "$(prop ActiveState)" = inactive ] && ! kill -0 "$pid" 2>/dev/null; }
+    check nfs-hang-daemon-stopped-within-${stop_s}s stopped_in_time
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "systest: the daemon $pid is still there after its stop:"
+        for t in /proc/"$pid"/task/*; do
+            echo "systest:   task $(cat "$t"/comm) state $(awk '/^State/ { print $2 }' "$t"/status) $(tr '\n' ' ' <"$t"/stack 2>/dev/null)"
+        done
+    fi
+    knobs_are nfs-hang-knobs-back "$knobs_before"
+    local rest=$((NFS_HANG - ($(date +%s) - hang_t)))
+    ((rest > 0)) && sleep $rest
+    tc qdisc change dev lo root netem delay ${link_delay}ms rate ${link_mibps}MiBps limit 10000 loss 0%
+    restored=$(date +%s%N)
+    measure nfs-hang-server-silent "$(($(date +%s) - hang_t)) s"
+    systemctl start writebehindd
+    # A hard mount's retransmissions back off (TCP's up to 2 min, the RPC's
+    # timeo=600): the copy is given 4 minutes to resume and end.
+    local ended=0
+    for ((t = 0; t < 240; t++)); do
+        kill -0 $writer 2>/dev/null || {
+            ended=1
+            break
+        }
+        sleep 1
+    done
+    if ((ended)); then
+        wait $writer
+        rc=$?
+    else
+        rc=timeout
+    fi
+    t1=$(date +%s%N)
+    measure nfs-hang-copy-resumed "cp exit $rc $(secs "$restored" "$t1") s after the server answered again"
+    check nfs-hang-copy-completed [ "$rc" = 0 ]
+    if ((ended)); then
+        timeout 120 sync -f $NFS_MNT
+        echo 3 >/proc/sys/vm/drop_caches
+        check nfs-hang-copy-identical cmp $NFS_SRC/big.bin $NFS_MNT/dst/hang/big.bin
+    else
+        kill -9 $writer
+    fi
+    runuser -u carol -- rm -rf $NFS_MNT/dst/hang
+}
+
+nfs_run() {
+    local tool
+    nfs_sources
+    nfs_server
+    nfs_link wifi
+    if ! nfs_mount 4.2; then
+        fail "nfs-mount-4.2" "$(journalctl -b -u nfs-server -o cat --no-pager | tail -5 | tr '\n' ' ')"
+        return
+    fi
+    pass nfs-mount-4.2 "$client_bdi on $(stat -fc %T $NFS_MNT)"
+    nfs_copy cp default
+    nfs_copy cp daemon
+    [ "$NFS" = quick ] && return
+    for tool in cp-r rsync tar gio; do nfs_copy $tool default; done
+    for tool in cp-r rsync tar gio; do nfs_copy $tool daemon; done
+    ((NFS_HANG)) && nfs_hang
+    umount $NFS_MNT
+    nfs_link gigabit
+    nfs_mount 4.2 && {
+        nfs_copy cp default
+        nfs_copy cp daemon
+        umount $NFS_MNT
+    }
+    nfs_link wifi
+    if nfs_mount 3; then
+        pass nfs-mount-3 "$client_bdi"
+        nfs_copy cp default
+        nfs_copy cp daemon
+    else
+        fail nfs-mount-3
+    fi
+}
+
+if [ "$NFS_ON" = all ] || [[ $(uname -r) == "$NFS_ON"[.+-]* ]]; then
+    nfs_started=$(date +%s%N)
+    nfs_run
+    umount $NFS_MNT 2>/dev/null
+    nfs_link off
+    systemctl stop nfs-server
+    umount $NFS_EXPORT
+    losetup -d "$nfs_loop"
+    rm -f $NFS_IMG
+    systemctl start writebehindd
+    measure nfs-part "$(secs "$nfs_started" "$(date +%s%N)") s"
+else
+    skip nfs "quick: only on $NFS_ON"
+fi
