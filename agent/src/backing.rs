@@ -100,6 +100,7 @@ mod tests {
             root: "/".into(),
             mount_point: "/mnt".into(),
             fstype: fstype.into(),
+            source: "none".into(),
             options: options.into(),
         }
     }

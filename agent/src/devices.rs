@@ -114,6 +114,9 @@ struct Device {
     /// What backs it: a device whose speed a user sets drives no lever
     /// unless the root policy says `pace_user_devices` (backing.rs).
     backing: Backing,
+    /// A network filesystem's "server:/export" (its mount's source), shown
+    /// beside the backing: its bdi's name (0:NN) says nothing of it.
+    export: Option<String>,
     /// What BPF was last told (wb_device).
     pushed_bw: u64,
     pushed_batch: bool,
@@ -203,6 +206,7 @@ impl Devices {
                 max_request,
                 knobs: self.pacer.available(&bdi),
                 backing: Backing::Disk,
+                export: None,
                 pushed_bw: 0,
                 pushed_batch: false,
                 last_busy: None,
@@ -229,6 +233,9 @@ impl Devices {
                 }
                 dev.backing = backing;
                 dev.shared.user_made.store(backing.user_made(), Relaxed);
+                if backing == Backing::Network {
+                    dev.export = mounts.iter().find(|m| m.dev == sb_dev).map(|m| m.source.clone());
+                }
             }
             if let Some(m) = &mut self.map {
                 let _ = m.insert(ev.sb_dev, dev.entry(dev.shared.bandwidth(), dev.pushed_batch), 0);
@@ -380,7 +387,10 @@ impl Devices {
                 dirty: d.dirty,
                 paced_budget: d.budget,
                 lever: self.pacer.lever_of(bdi).into(),
-                backing: d.backing.describe(),
+                backing: match &d.export {
+                    Some(export) => format!("{} {export}", d.backing.describe()),
+                    None => d.backing.describe(),
+                },
             })
             .collect();
         v.sort_by(|a, b| a.bdi.cmp(&b.bdi));

@@ -309,12 +309,15 @@ pub struct MountInfo {
     pub root: String,
     pub mount_point: String,
     pub fstype: String,
+    /// What was mounted: a device, or a network filesystem's
+    /// "server:/export".
+    pub source: String,
     /// The superblock's options ("rw,compress=zstd:1,space_cache=v2,...").
     pub options: String,
 }
 
 /// The mounts this process sees (fields 3, 4 and 5, and the filesystem
-/// type and superblock options after the " - " separator).
+/// type, source and superblock options after the " - " separator).
 pub fn mounts() -> Vec<MountInfo> {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return Vec::new();
@@ -328,12 +331,14 @@ fn mount_info(line: &str) -> Option<MountInfo> {
     let (dev, root, mnt) = (f.next()?, f.next()?, f.next()?);
     let mut p = post.split(' ');
     let fstype = p.next()?.to_owned();
+    let source = p.next().map(unescape).unwrap_or_default();
     Some(MountInfo {
         dev: dev.to_owned(),
         root: unescape(root),
         mount_point: unescape(mnt),
         fstype,
-        options: p.nth(1).map(unescape).unwrap_or_default(),
+        source,
+        options: p.next().map(unescape).unwrap_or_default(),
     })
 }
 
@@ -390,6 +395,12 @@ mod tests {
         .unwrap();
         assert_eq!((m.dev.as_str(), m.mount_point.as_str(), m.fstype.as_str()), ("0:45", "/home", "btrfs"));
         assert_eq!(m.options, "rw,compress=zstd:1,ssd,subvol=/home");
+        assert_eq!(m.source, "/dev/vda2");
+        let nfs = mount_info(
+            "60 29 0:46 / /mnt/nfs rw,relatime shared:30 - nfs4 127.0.0.1:/srv/nfs rw,vers=4.2,rsize=262144",
+        )
+        .unwrap();
+        assert_eq!((nfs.source.as_str(), nfs.options.as_str()), ("127.0.0.1:/srv/nfs", "rw,vers=4.2,rsize=262144"));
     }
 
     /// A directory standing for a mount's root, its fd, and a path outside it.
