@@ -761,6 +761,7 @@ fn a_failing_accept_does_not_spin() -> Result<()> {
 /// 789 and 897; at 0.5 s, 691-694 (3 runs).
 #[test]
 fn a_flood_faster_than_the_agent_leaves_it_answering() -> Result<()> {
+    const PATIENCE: Duration = Duration::from_secs(5);
     require_root();
     let fs = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
     let dir = fs.nobodys_dir("nobody")?;
@@ -770,7 +771,7 @@ fn a_flood_faster_than_the_agent_leaves_it_answering() -> Result<()> {
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
     let daemon = Daemon::start_with_env(POLICY, &[("NOTIFY_SOCKET", path.to_str().context("socket path")?)])?;
     // 5 ms of CPU in every 100 ms.
-    let _cap = V1Limit::new("cpu", daemon.pid(), "cpu.cfs_quota_us", "5000")?;
+    let cap = V1Limit::new("cpu", daemon.pid(), "cpu.cfs_quota_us", "5000")?;
     // Past its burst first (2 MiB streamed), so that its closes are reported.
     let flood = "import os,sys,time\nd=sys.argv[1]\n\
                  fd=os.open(d+'/big',os.O_WRONLY|os.O_CREAT,0o644); os.write(fd,b'b'*(2<<20)); os.close(fd)\n\
@@ -789,7 +790,11 @@ fn a_flood_faster_than_the_agent_leaves_it_answering() -> Result<()> {
     let other = Mounted::new(LoopDevice::new(1024)?, "ext4")?;
     let _stream = Background::sh(&format!("head -c 512M /dev/zero | pv -qL 32m > {}", other.path("stream").display()))?;
     // Let the backlog build, then for 6 s ask wbctl and timestamp each ping
-    // as it arrives (a thread of its own: a wbctl call may take 2 s).
+    // as it arrives (a thread of its own: a wbctl call may take seconds).
+    // The bounds are half of what a user and systemd allow (wbctl's 10 s
+    // read timeout, the unit's WatchdogSec=10): with 5 % of a core, a debug
+    // build answered in 0.3-1 s, and once in about ten runs (also before
+    // the owner and backing changes) took 2.5-3.8 s when the host was busy.
     std::thread::sleep(Duration::from_secs(2));
     while sock.recv(&mut [0; 64]).is_ok() {}
     let listen = Duration::from_secs(6);
@@ -805,11 +810,14 @@ fn a_flood_faster_than_the_agent_leaves_it_answering() -> Result<()> {
         }
         pings
     });
-    let (mut asked, mut answered, mut lag) = (0, 0, 0u64);
+    let (mut asked, mut answered, mut lag, mut slowest) = (0, 0, 0u64, Duration::ZERO);
     let end = Instant::now() + listen;
     while Instant::now() < end {
         asked += 1;
-        if let Some(text) = status_within(&daemon, Duration::from_secs(2))? {
+        let started = Instant::now();
+        let text = status_within(&daemon, PATIENCE)?;
+        slowest = slowest.max(started.elapsed());
+        if let Some(text) = text {
             answered += 1;
             let counters = text.lines().find_map(|l| l.strip_prefix("counters:")).unwrap_or_default();
             lag = lag.max(log_field(counters, "intake_lag_ms").and_then(|v| v.parse().ok()).unwrap_or(0));
@@ -822,16 +830,19 @@ fn a_flood_faster_than_the_agent_leaves_it_answering() -> Result<()> {
     for mut f in flooders {
         f.wait()?;
     }
+    // The flood is over; uncapped, the daemon drains what is left.  Capped,
+    // the backlog once kept this last status past wbctl's 10 s timeout.
+    drop(cap);
     let shed = daemon.counter("closes_shed")?;
     let log = daemon.stop()?;
     let late = stopped_counter(&log, "closes_shed_late");
     println!(
-        "wbctl answered {answered} of {asked}; {pings} watchdog pings, longest gap {longest:?}; \
+        "wbctl answered {answered} of {asked}, the slowest in {slowest:?}; {pings} watchdog pings, longest gap {longest:?}; \
          closes shed by BPF {shed}, by the agent {late}; longest wait in the ring {lag} ms"
     );
     assert!(shed > 0, "the flood never outran the agent: the test shows nothing:\n{log}");
     assert_eq!(answered, asked, "wbctl went unanswered under the flood");
-    assert!(longest < Duration::from_secs(3), "the watchdog went {longest:?} without a ping from a busy daemon");
+    assert!(longest < PATIENCE, "the watchdog went {longest:?} without a ping from a busy daemon");
     assert!(late > 0, "the agent shed no close under the flood:\n{log}");
     assert!(lag < 1000, "events waited up to {lag} ms in the ring behind the flood");
     Ok(())

@@ -184,7 +184,9 @@ impl Daemon {
         text.lines()
             .filter_map(|l| l.strip_prefix("counters:"))
             .find_map(|l| log_field(l, key)?.parse().ok())
-            .with_context(|| format!("no {key} in wbctl status:\n{text}"))
+            .with_context(|| {
+                format!("no {key} in wbctl status ({}):\n{text}{}", out.status, String::from_utf8_lossy(&out.stderr))
+            })
     }
 
     /// SIGTERM, without waiting for the daemon to exit (`stop` waits).
