@@ -158,7 +158,7 @@ impl Part {
 /// The whole scenario, on an ext4 device of its own at the plan's first rate.
 pub fn run(plan: &super::Plan, daemon: &Path, xtask: &Path, runs: &mut Vec<Run>) -> Result<()> {
     let (s, t) = (&plan.cost, Instant::now());
-    let rate_mib = plan.rates.first().copied().unwrap_or(100);
+    let rate_mib = super::cost_rate(plan);
     let shm = Scratch::new_in("/dev/shm", "cost")?;
     let copy_src = shm.0.join("big");
     wb_tests::random_file(&copy_src, s.copy_mib * MIB, 0x5eed)?;
@@ -498,14 +498,14 @@ fn hook_ns(ctx: &Ctx, s: &CostSizes, m: &mut Metrics) -> Result<()> {
 /// GNU cp of one big file from tmpfs (read/write across filesystems), synced.
 fn copy(ctx: &Ctx, agent: Option<&Agent>) -> Result<Metrics> {
     let dst = ctx.clean("cost-copy")?;
-    let busy = busy_cpu_secs()?;
+    let busy = scenarios::busy_cpu_secs()?;
     let (secs, cpu) = timed(Command::new("cp").arg(&ctx.copy_src).arg(&dst))?;
     let sync = scenarios::timed_sync()?;
     let mut m = vec![("cp s", secs), ("sync s", sync), ("cp CPU s", cpu)];
     let u = agent_metrics(agent, &mut m)?;
     // % of a core per 100 MiB/s streamed = CPU seconds per 100 MiB × 100.
     let per_100mib = |secs: f64| secs / (ctx.copy_bytes as f64 / (100 * MIB) as f64) * 100.0;
-    let all = busy_cpu_secs()? - busy;
+    let all = scenarios::busy_cpu_secs()? - busy;
     m.push(("all CPUs s", all));
     m.push(("all CPUs %core per 100MiB/s", per_100mib(all)));
     if let Some(u) = u {
@@ -519,7 +519,7 @@ fn copy(ctx: &Ctx, agent: Option<&Agent>) -> Result<Metrics> {
 fn tar(ctx: &Ctx, agent: Option<&Agent>) -> Result<Metrics> {
     let dir = ctx.clean("cost-tar")?;
     std::fs::create_dir_all(&dir)?;
-    let busy = busy_cpu_secs()?;
+    let busy = scenarios::busy_cpu_secs()?;
     // Every 10 ms: the writer's burst allowance (16 MiB, before the daemon
     // hears of it) lasts tens of ms, and a 100 ms sampler caught it in some
     // runs only (peaks of 5-20 MiB for the same work).  What pacing holds
@@ -538,28 +538,12 @@ fn tar(ctx: &Ctx, agent: Option<&Agent>) -> Result<Metrics> {
         ("tar CPU s", cpu),
     ];
     let u = agent_metrics(agent, &mut m)?;
-    m.push(("all CPUs s", busy_cpu_secs()? - busy));
+    m.push(("all CPUs s", scenarios::busy_cpu_secs()? - busy));
     if let Some(u) = u {
         m.push(("agent/tar CPU %", u.cpu / cpu * 100.0));
     }
     ctx.clean("cost-tar")?;
     Ok(m)
-}
-
-/// CPU time spent by everything on the machine so far (/proc/stat: all but
-/// idle and iowait), seconds.  The agent's own CPU includes writeback that
-/// the kernel's flusher threads do without it (a profile of the agent under
-/// tar x: a third of its time in ext4_writepages, allocating blocks and
-/// submitting bios); the whole machine's CPU for the same work and sync
-/// counts both.
-fn busy_cpu_secs() -> Result<f64> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    let cpu = stat.lines().next().context("/proc/stat is empty")?;
-    let ticks: Vec<f64> = cpu.split_whitespace().skip(1).map(|t| t.parse().unwrap_or(0.0)).collect();
-    // user nice system idle iowait irq softirq steal (guest time is in user).
-    let busy: f64 = ticks.iter().take(8).sum::<f64>() - ticks.get(3).unwrap_or(&0.0) - ticks.get(4).unwrap_or(&0.0);
-    // SAFETY: sysconf has no preconditions.
-    Ok(busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
 }
 
 /// Closes faster than the agent handles them: the bench's writer makes
@@ -628,7 +612,7 @@ fn peak_rate(snaps: &[Snapshot]) -> f64 {
 /// The bench's many-writer scenario with 1,000 writers.
 fn streams(ctx: &Ctx, s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
     let mode = if agent.is_some() { Mode::Writebehindd(Some(STREAMS_POLICY)) } else { Mode::Default };
-    let mut m = scenarios::multi(ctx, mode, s.streams)?;
+    let mut m = scenarios::multi(ctx, mode, s.streams, None)?;
     agent_metrics(agent, &mut m)?;
     Ok(m)
 }

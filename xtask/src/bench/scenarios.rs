@@ -38,6 +38,7 @@ pub struct Sizes {
 /// Everything a scenario needs: the device, its rate, the programs, sources.
 pub struct Ctx<'a> {
     pub fs: &'a Mounted,
+    /// Bytes per second the device is capped at; 0 on the raw device.
     pub rate: u64,
     pub sizes: &'a Sizes,
     pub xtask: PathBuf,
@@ -99,6 +100,117 @@ pub(super) fn wait(mut child: Child, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Waits for a child and fails if it failed; its CPU seconds (user +
+/// system, with the children it waited for), from wait4's rusage.
+pub(super) fn wait_cpu(child: Child, what: &str) -> Result<f64> {
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child, which
+    // nothing else waits for.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) } < 0 {
+        bail!("wait4 for {what}: {}", std::io::Error::last_os_error());
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("{what} failed (wait status {status:#x})");
+    }
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    Ok(secs(ru.ru_utime) + secs(ru.ru_stime))
+}
+
+/// CPU time spent by everything on the machine so far (/proc/stat: all but
+/// idle and iowait), seconds.  The agent's own CPU includes writeback that
+/// the kernel's flusher threads do without it (a profile of the agent under
+/// tar x: a third of its time in ext4_writepages, allocating blocks and
+/// submitting bios); the whole machine's CPU for the same work and sync
+/// counts both.
+pub(super) fn busy_cpu_secs() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let cpu = stat.lines().next().context("/proc/stat is empty")?;
+    let ticks: Vec<f64> = cpu.split_whitespace().skip(1).map(|t| t.parse().unwrap_or(0.0)).collect();
+    // user nice system idle iowait irq softirq steal (guest time is in user).
+    let busy: f64 = ticks.iter().take(8).sum::<f64>() - ticks.get(3).unwrap_or(&0.0) - ticks.get(4).unwrap_or(&0.0);
+    // SAFETY: sysconf has no preconditions.
+    Ok(busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+}
+
+/// (thread name, CPU seconds).
+type Threads = Vec<(String, f64)>;
+
+/// Each thread of a process: (name, CPU seconds so far, user + system),
+/// from /proc/<pid>/task/*/stat.  Threads of one name are summed.
+fn thread_cpu(pid: u32) -> Result<Threads> {
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut out: Threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        // A thread may end between the listing and the read.
+        let Ok(stat) = std::fs::read_to_string(task?.path().join("stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let name = stat[open + 1..close].to_string();
+        let f: Vec<u64> =
+            stat[close + 1..].split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
+        let secs = f.iter().sum::<u64>() as f64 / tick;
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some(t) => t.1 += secs,
+            None => out.push((name, secs)),
+        }
+    }
+    Ok(out)
+}
+
+/// The CPU a run costs, from its start to `sync` done: the agent's own
+/// (/proc/<pid>/stat, every thread), the whole machine's (/proc/stat, the
+/// kernel's flusher threads included) and the writers' (their rusage).
+pub(super) struct CpuMeter {
+    /// The agent's pid, its CPU seconds and its threads' at the start.
+    agent: Option<(u32, f64, Threads)>,
+    busy: f64,
+    written: u64,
+}
+
+impl CpuMeter {
+    pub fn start(ctx: &Ctx, agent: Option<u32>) -> Result<Self> {
+        let agent = match agent {
+            Some(pid) => Some((pid, wb_tests::cpu_secs(pid)?, thread_cpu(pid)?)),
+            None => None,
+        };
+        Ok(Self { agent, busy: busy_cpu_secs()?, written: ctx.fs.device.bytes_written()? })
+    }
+
+    /// Appends the run's CPU figures to `m`; on the raw device also the
+    /// agent's CPU per thread ("agent <thread name> s"), where a device
+    /// that drains at GB/s makes the agent's own work show.
+    pub fn finish(self, ctx: &Ctx, writers_cpu: f64, m: &mut Metrics) -> Result<()> {
+        let busy = busy_cpu_secs()? - self.busy;
+        let gib = (ctx.fs.device.bytes_written()? - self.written) as f64 / (1u64 << 30) as f64;
+        m.push(("writers CPU s", writers_cpu));
+        m.push(("system CPU s", busy));
+        if let Some((pid, cpu0, threads0)) = self.agent {
+            let cpu = wb_tests::cpu_secs(pid)? - cpu0;
+            m.push(("agent CPU s", cpu));
+            m.push(("agent CPU s/GiB", if gib > 0.0 { cpu / gib } else { f64::NAN }));
+            if ctx.rate == 0 {
+                for (name, secs) in thread_cpu(pid)? {
+                    let before = threads0.iter().find(|(n, _)| *n == name).map_or(0.0, |t| t.1);
+                    let key: &'static str = Box::leak(format!("agent {name} s").into_boxed_str());
+                    m.push((key, secs - before));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sampling dirty pages: every 100 ms on a capped device; every 10 ms on the
+/// raw one, where a 1 GiB copy is in the page cache within 0.7 s and written
+/// back in as much again (a 100 ms sampler takes a handful of samples).
+fn sampler(ctx: &Ctx) -> Result<Sampler> {
+    match ctx.rate {
+        0 => Sampler::every(&ctx.bdi(), std::time::Duration::from_millis(10)),
+        _ => Sampler::start(&ctx.bdi()),
+    }
+}
+
 pub fn timed_sync() -> Result<f64> {
     let t = Instant::now();
     sh("sync")?;
@@ -106,45 +218,46 @@ pub fn timed_sync() -> Result<f64> {
 }
 
 /// `cp -r` of many files of random size, with latency probes on the device.
-pub fn copy(ctx: &Ctx, mode: Mode) -> Result<(Metrics, Vec<Sample>)> {
+/// `agent`: the daemon's pid, for its CPU.
+pub fn copy(ctx: &Ctx, mode: Mode, agent: Option<u32>) -> Result<(Metrics, Vec<Sample>)> {
     let cmd = ctx.copy_command(mode)?;
     let before = ctx.fs.device.bytes_written()?;
     let probes = Probes::start(ctx.fs.path("probe-fsync"), ctx.fs.path("probe-read"))?;
-    let sampler = Sampler::start(&ctx.bdi())?;
+    let sampler = sampler(ctx)?;
+    let cpu = CpuMeter::start(ctx, agent)?;
     let t = Instant::now();
-    wait(spawn(cmd)?, "copy")?;
+    let writers_cpu = wait_cpu(spawn(cmd)?, "copy")?;
     let copy_s = t.elapsed().as_secs_f64();
     let sync_s = timed_sync()?;
     let series = sampler.series();
     let (fsync, read) = probes.stop();
     let written = ctx.fs.device.bytes_written()? - before;
     let peak = wb_tests::sampler::peak(&series);
-    let ideal = ctx.copy_bytes as f64 / ctx.rate as f64;
     let (f50, f99, fmax) = probes::percentiles(fsync);
     let (r50, r99, rmax) = probes::percentiles(read);
+    let mut m = vec![("copy s", copy_s), ("sync s", sync_s), ("total s", copy_s + sync_s)];
+    // The ideal is every byte at the cap; the raw device has none.
+    if ctx.rate > 0 {
+        m.push(("total/ideal", (copy_s + sync_s) / (ctx.copy_bytes as f64 / ctx.rate as f64)));
+    }
+    m.extend([
+        ("peak MiB", peak.dirty_wb as f64 / MIB as f64),
+        ("mean MiB", peak.mean_dirty_wb as f64 / MIB as f64),
+        ("written GiB", written as f64 / (1u64 << 30) as f64),
+        ("fsync p50 ms", f50 * 1e3),
+        ("fsync p99 ms", f99 * 1e3),
+        ("fsync max ms", fmax * 1e3),
+        ("read p50 ms", r50 * 1e3),
+        ("read p99 ms", r99 * 1e3),
+        ("read max ms", rmax * 1e3),
+    ]);
+    cpu.finish(ctx, writers_cpu, &mut m)?;
     ctx.clean("copy")?;
-    Ok((
-        vec![
-            ("copy s", copy_s),
-            ("sync s", sync_s),
-            ("total s", copy_s + sync_s),
-            ("total/ideal", (copy_s + sync_s) / ideal),
-            ("peak MiB", peak.dirty_wb as f64 / MIB as f64),
-            ("mean MiB", peak.mean_dirty_wb as f64 / MIB as f64),
-            ("written GiB", written as f64 / (1u64 << 30) as f64),
-            ("fsync p50 ms", f50 * 1e3),
-            ("fsync p99 ms", f99 * 1e3),
-            ("fsync max ms", fmax * 1e3),
-            ("read p50 ms", r50 * 1e3),
-            ("read p99 ms", r99 * 1e3),
-            ("read max ms", rmax * 1e3),
-        ],
-        series,
-    ))
+    Ok((m, series))
 }
 
 /// tar x of many small files while a 1 GiB dd streams to the same device.
-pub fn tar(ctx: &Ctx, mode: Mode) -> Result<Metrics> {
+pub fn tar(ctx: &Ctx, mode: Mode, agent: Option<u32>) -> Result<Metrics> {
     let dir = ctx.clean("tar")?;
     std::fs::create_dir_all(&dir)?;
     let dd_path = ctx.clean("dd")?.display().to_string();
@@ -152,27 +265,31 @@ pub fn tar(ctx: &Ctx, mode: Mode) -> Result<Metrics> {
     let dd_cmd = ctx.writer(mode, &["zeros", &dd_path, &mib], dd(&dd_path, &mib));
     let mut tar_cmd = Command::new("tar");
     tar_cmd.arg("-xf").arg(&ctx.tarball).arg("-C").arg(&dir);
-    let sampler = Sampler::start(&ctx.bdi())?;
+    let sampler = sampler(ctx)?;
+    let cpu = CpuMeter::start(ctx, agent)?;
     let t = Instant::now();
     let (tar_child, dd_child) = (spawn(tar_cmd)?, spawn(dd_cmd)?);
-    let tar_done = std::thread::spawn(move || -> Result<f64> {
-        wait(tar_child, "tar")?;
-        Ok(t.elapsed().as_secs_f64())
+    let tar_done = std::thread::spawn(move || -> Result<(f64, f64)> {
+        let cpu = wait_cpu(tar_child, "tar")?;
+        Ok((t.elapsed().as_secs_f64(), cpu))
     });
-    wait(dd_child, "dd")?;
+    let dd_cpu = wait_cpu(dd_child, "dd")?;
     let dd_s = t.elapsed().as_secs_f64();
-    let tar_s = tar_done.join().expect("tar thread")?;
+    let (tar_s, tar_cpu) = tar_done.join().expect("tar thread")?;
     timed_sync()?;
     let total = t.elapsed().as_secs_f64();
     let peak = sampler.finish();
-    ctx.clean("tar")?;
-    ctx.clean("dd")?;
-    Ok(vec![
+    let mut m = vec![
         ("tar s", tar_s),
         ("dd s", dd_s),
+        ("writers s", tar_s.max(dd_s)),
         ("to sync done s", total),
         ("peak MiB", peak.dirty_wb as f64 / MIB as f64),
-    ])
+    ];
+    cpu.finish(ctx, tar_cpu + dd_cpu, &mut m)?;
+    ctx.clean("tar")?;
+    ctx.clean("dd")?;
+    Ok(m)
 }
 
 fn extents(path: &Path) -> Result<u64> {
@@ -185,26 +302,39 @@ fn extents(path: &Path) -> Result<u64> {
 }
 
 /// n concurrent dd writers; throughput includes the final sync.
-pub fn multi(ctx: &Ctx, mode: Mode, n: u32) -> Result<Metrics> {
+pub fn multi(ctx: &Ctx, mode: Mode, n: u32, agent: Option<u32>) -> Result<Metrics> {
     let dir = ctx.clean("multi")?;
     std::fs::create_dir_all(&dir)?;
     let mib = ctx.sizes.multi_mib.to_string();
     let files: Vec<String> = (0..n).map(|i| dir.join(format!("w{i}")).display().to_string()).collect();
+    let sampler = sampler(ctx)?;
+    let cpu = CpuMeter::start(ctx, agent)?;
     let t = Instant::now();
     let children =
         files.iter().map(|f| spawn(ctx.writer(mode, &["zeros", f, &mib], dd(f, &mib)))).collect::<Result<Vec<_>>>()?;
+    let mut writers_cpu = 0.0;
     for c in children {
-        wait(c, "dd")?;
+        writers_cpu += wait_cpu(c, "dd")?;
     }
+    let writers_s = t.elapsed().as_secs_f64();
     timed_sync()?;
     let secs = t.elapsed().as_secs_f64();
+    let peak = sampler.finish();
     let mut ext = 0;
     for f in &files {
         ext += extents(Path::new(f))?;
     }
-    ctx.clean("multi")?;
     let total = n as f64 * ctx.sizes.multi_mib as f64;
-    Ok(vec![("MiB/s", total / secs), ("extents/file", ext as f64 / n as f64), ("s", secs)])
+    let mut m = vec![
+        ("MiB/s", total / secs),
+        ("extents/file", ext as f64 / n as f64),
+        ("writers s", writers_s),
+        ("s", secs),
+        ("peak MiB", peak.dirty_wb as f64 / MIB as f64),
+    ];
+    cpu.finish(ctx, writers_cpu, &mut m)?;
+    ctx.clean("multi")?;
+    Ok(m)
 }
 
 /// Zero-then-overwrite through one fd: bytes that reached the device.
