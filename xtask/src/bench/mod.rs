@@ -471,6 +471,7 @@ fn bench_device(
     xtask: &Path,
     runs: &mut Vec<Run>,
 ) -> Result<()> {
+    let set_up = std::time::Instant::now();
     let rate = rate_mib * MIB;
     let mut sizes = if rate_mib == RAW { plan.raw_sizes.clone() } else { plan.sizes.clone() };
     if rate_mib != RAW && rate_mib < 100 {
@@ -479,15 +480,14 @@ fn bench_device(
     let (mkfs, options) = fs_spec(fstype)?;
     // Where the filesystem compresses, the copy is of data that compresses.
     let compressible = options.is_some();
-    let src_dir =
-        shm.join(format!("src-{}-{}{}", sizes.copy_files, sizes.tar_files, if compressible { "-z" } else { "" }));
-    let (copy_src, copy_bytes, tarball) = scenarios::make_sources(&src_dir, &sizes, compressible)?;
+    let (copy_src, copy_bytes, tarball) = scenarios::make_sources(shm, &sizes, compressible)?;
     let dev_mib = (copy_bytes / MIB + sizes.tar_files as u64 / 4 + sizes.tar_dd_mib) * 2 + 2048;
     let device = match rate_mib {
         RAW => LoopDevice::uncapped(dev_mib)?,
         _ => LoopDevice::throttled(dev_mib, rate)?,
     };
     let fs = Mounted::with_options(device, mkfs, options)?;
+    println!("\n{fstype} {}: set up in {:.0} s", rate_tag(rate_mib), set_up.elapsed().as_secs_f64());
     probes::prepare_read_file(&fs.path("probe-read"), sizes.read_probe_mib)?;
     let ctx = Ctx { fs: &fs, rate, sizes: &sizes, xtask: xtask.to_owned(), copy_src, copy_bytes, tarball };
 
@@ -516,6 +516,7 @@ fn bench_device(
                 ("multi", Some(n)) => format!("multi {n} x {} MiB {tag}", sizes.multi_mib),
                 _ => format!("{scenario} {tag}"),
             };
+            let started = std::time::Instant::now();
             // Interleaved: default, daemon, default, daemon...
             for _ in 0..runs_at(plan, rate_mib) {
                 for &mode in &fs_modes {
@@ -548,6 +549,7 @@ fn bench_device(
                 }
             }
             print!("{}", report::table(runs, &group));
+            println!("({} run(s) per mode in {:.0} s)", runs_at(plan, rate_mib), started.elapsed().as_secs_f64());
             if scenario == "copy" {
                 let svg = plan.out.join(format!("{}.svg", group.replace([' ', '/'], "_")));
                 report::plot(runs, &group, &svg)?;

@@ -402,17 +402,40 @@ pub fn overhead_in(dir: &Path, region: u64, secs: f64, fresh: bool) -> Result<Me
     Ok(vec![("writes/s", n as f64 / secs), ("ns/write", secs * 1e9 / n as f64)])
 }
 
-/// Reproducible sources in tmpfs: the copy tree and the tarball.
+/// Reproducible sources in tmpfs under `root`: the copy tree and the
+/// tarball, each made once per bench and shared by the devices and rates
+/// that use the same sizes (the raw device uses the capped one's copy tree;
+/// a second 3 GiB tree would take memory the page cache of the runs needs).
 pub fn make_sources(root: &Path, sizes: &Sizes, compressible: bool) -> Result<(PathBuf, u64, PathBuf)> {
-    let copy_src = root.join("copy-src");
-    let total = match compressible {
-        false => wb_tests::random_tree(&copy_src, sizes.copy_files, 0, sizes.copy_max_mib * MIB, 0x2545)?,
-        true => corpus_tree(&copy_src, sizes.copy_files, sizes.copy_max_mib * MIB)?,
+    let z = if compressible { "-z" } else { "" };
+    let copy_src = root.join(format!("copy-{}-{}{z}", sizes.copy_files, sizes.copy_max_mib));
+    let made = copy_src.with_extension("total");
+    let total = match std::fs::read_to_string(&made).ok().and_then(|t| t.trim().parse().ok()) {
+        Some(total) => total,
+        None => {
+            let _ = std::fs::remove_dir_all(&copy_src);
+            let total = match compressible {
+                false => wb_tests::random_tree(&copy_src, sizes.copy_files, 0, sizes.copy_max_mib * MIB, 0x2545)?,
+                true => corpus_tree(&copy_src, sizes.copy_files, sizes.copy_max_mib * MIB)?,
+            };
+            std::fs::write(&made, total.to_string())?;
+            total
+        }
     };
-    let tar_src = root.join("tar-src");
-    wb_tests::random_tree(&tar_src, sizes.tar_files, 1024, 148 * 1024, 0x9e37)?;
-    let tarball = root.join("src.tar");
-    sh(&format!("tar -cf {} -C {} . && rm -rf {}", tarball.display(), tar_src.display(), tar_src.display()))?;
+    let tarball = root.join(format!("tar-{}.tar", sizes.tar_files));
+    if !tarball.exists() {
+        let tar_src = root.join("tar-src");
+        wb_tests::random_tree(&tar_src, sizes.tar_files, 1024, 148 * 1024, 0x9e37)?;
+        let tmp = tarball.with_extension("tmp");
+        sh(&format!(
+            "tar -cf {} -C {} . && rm -rf {} && mv {} {}",
+            tmp.display(),
+            tar_src.display(),
+            tar_src.display(),
+            tmp.display(),
+            tarball.display()
+        ))?;
+    }
     Ok((copy_src, total, tarball))
 }
 
