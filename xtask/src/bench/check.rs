@@ -171,6 +171,25 @@ fn bands(runs: &[Vec<(String, String, f64, f64)>], made_on: &str) -> Result<Base
     Ok(Baseline { made_on: made_on.to_string(), fs, bands })
 }
 
+/// `new`, with the bands of `old` for the groups `new` has none of: bands
+/// for the raw device added to capped ones made earlier (or the other way
+/// round), each kept with the runs it came from.
+pub fn merge(new: Baseline, old: Option<Baseline>) -> Baseline {
+    let Some(old) = old else { return new };
+    let kept: Vec<Band> = old.bands.into_iter().filter(|b| !new.bands.iter().any(|n| n.group == b.group)).collect();
+    if kept.is_empty() {
+        return new;
+    }
+    let mut fs = old.fs;
+    for f in new.fs {
+        if !fs.contains(&f) {
+            fs.push(f);
+        }
+    }
+    let made_on = format!("{}; {} band(s) kept from {}", new.made_on, kept.len(), old.made_on);
+    Baseline { made_on, fs, bands: kept.into_iter().chain(new.bands).collect() }
+}
+
 pub fn load() -> Result<Baseline> {
     let text = std::fs::read_to_string(BASELINE)
         .with_context(|| format!("reading {BASELINE} (make one with `cargo xtask bench --baseline DIR,DIR,DIR`)"))?;
@@ -282,6 +301,20 @@ mod tests {
         assert_eq!(verdict(&up, 1.1), "BETTER");
         assert_eq!(verdict(&up, 0.9), "WORSE");
         assert!(bands(&[m(13.0), vec![]], "test").is_err(), "a figure missing from a run");
+    }
+
+    #[test]
+    fn new_bands_replace_their_groups_and_keep_the_others() {
+        let fig = |g: &str, r: f64| vec![(g.to_string(), "peak MiB".to_string(), r, 1000.0)];
+        let capped = "copy 1.0 GiB ext4 100MiB/s";
+        let raw = "copy 1.0 GiB xfs raw";
+        let old = bands(&[[fig(capped, 0.01), fig(raw, 0.5)].concat()], "old").unwrap();
+        let new = bands(&[fig(raw, 0.1)], "new").unwrap();
+        let m = merge(new, Some(old));
+        let groups: Vec<(&str, f64)> = m.bands.iter().map(|b| (b.group.as_str(), b.ratios[0])).collect();
+        assert_eq!(groups, [(capped, 0.01), (raw, 0.1)]);
+        assert_eq!(m.fs, ["ext4", "xfs"]);
+        assert_eq!(m.made_on, "new; 1 band(s) kept from old");
     }
 
     #[test]

@@ -49,7 +49,7 @@ min–max). Writes results.json and one SVG plot per copy group to --out
              the cap); tables give median (min–max), the writers' own time,
              the total to sync done, peak dirty, and CPU seconds: the
              agent's (every thread), the machine's, the writers'. Full sizes
-             at raw: a 3.1 GiB cp -r, tar x of 30,000 files + 1 GiB dd,
+             at raw: a 3.6 GiB cp -r, tar x of 30,000 files + 1 GiB dd,
              10 x 256 MiB
   scenarios: copy (with fsync/read latency probes), tar, multi, overwrite,
              tempfile, overhead, cost (what watching costs, daemon vs none:
@@ -82,7 +82,10 @@ min–max). Writes results.json and one SVG plot per copy group to --out
   --check-results DIR   the same comparison for a run already made
   --baseline DIRS       makes xtask/bench-baseline.json from the results of
              runs made as --check makes them (three: the bands are their
-             spread, widened)";
+             spread, widened); the bands of groups the runs do not have are
+             kept from the file as it was (raw bands can be made from raw-
+             only runs: --quick --rates raw --only copy,tar,multi --modes
+             default,writebehindd)";
 
 struct Plan {
     sizes: Sizes,
@@ -155,8 +158,10 @@ fn parse(args: &[String]) -> Result<Plan> {
         read_probe_mib: 256,
         overhead_secs: 5.0,
     };
-    // 30,000 files (the cost scenario's count) and 10 writers: the first
-    // look at the raw device, where tar of 20,000 ended within 3 s.
+    // tar x of 30,000 files (the cost scenario's tarball count) beside the
+    // 1 GiB dd, and 10 writers: what the first look at the raw device found
+    // the daemon slower on (the tar 10-57 % on btrfs, the 10 writers held
+    // near 1.5 GB/s).
     let raw_of = |s: &Sizes, tar_files: u32| Sizes { tar_files, multi_writers: vec![10], ..s.clone() };
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
     let mut plan = Plan {
@@ -386,7 +391,8 @@ pub fn main(args: &[String]) -> Result<()> {
     if let Some(dirs) = value_of("--baseline") {
         let dirs: Vec<String> = dirs?.split(',').map(str::to_owned).collect();
         let made_on = format!("{}, {} quick runs as --check makes them", cost::daemon_source(), dirs.len());
-        return check::save(&check::make_baseline(&dirs, &made_on)?);
+        let old = check::load().ok();
+        return check::save(&check::merge(check::make_baseline(&dirs, &made_on)?, old));
     }
     if let Some(dir) = value_of("--check-results") {
         return check::check(Path::new(dir?), &check::load()?);
