@@ -26,6 +26,14 @@ use crate::{
 /// (`busy`), so that a writer between two files is not released and
 /// re-throttled.
 const LINGER: Duration = Duration::from_secs(2);
+/// A network filesystem's budget is at least this many seconds of its
+/// bandwidth: there dirty + writeback also holds what was written UNSTABLE
+/// and not yet committed.  A 512 MiB cp over NFS on an emulated Wi-Fi link
+/// (26 MiB/s) took 1.17-1.18x the kernel default's time to `sync` done on a
+/// cap of 8.5 MiB (two windows), its peak 14-17 MiB: the writer also waited
+/// for COMMITs' round trips.  Half a second stays within the 2 s of the
+/// link that peak dirty may be.
+const NETWORK_DIRTY_SECONDS: f64 = 0.5;
 /// The budget is rewritten only when it moved by more than this fraction.
 const BUDGET_SLACK: f64 = 0.1;
 /// A device with no event for this long, not paced, is forgotten (its record,
@@ -44,6 +52,9 @@ pub struct DeviceShared {
     /// A user sets its speed (backing.rs): its flusher thread counts among
     /// the few such devices may have (flusher.rs, USER_DEVICE_THREADS).
     user_made: AtomicBool,
+    /// A network filesystem's: its flusher thread never waits where a
+    /// silent server would hold it uninterruptibly (flusher.rs).
+    network: AtomicBool,
 }
 
 impl DeviceShared {
@@ -56,6 +67,7 @@ impl DeviceShared {
             chunk: AtomicU64::new(1 << 20),
             grain: 0,
             user_made: AtomicBool::new(false),
+            network: AtomicBool::new(false),
         }
     }
 
@@ -63,6 +75,11 @@ impl DeviceShared {
     /// device over their file, a mount in their namespace).
     pub fn user_made(&self) -> bool {
         self.user_made.load(Relaxed)
+    }
+
+    /// Whether a network filesystem is behind the device (NFS, SMB).
+    pub fn network(&self) -> bool {
+        self.network.load(Relaxed)
     }
 
     /// Whether a span ending at `end` is flushed: on a device with a grain
@@ -201,6 +218,7 @@ impl Devices {
                     chunk: AtomicU64::new(bandwidth::chunk(initial_bw, in_flight, max_request)),
                     grain,
                     user_made: AtomicBool::new(false),
+                    network: AtomicBool::new(false),
                 }),
                 sb_devs: HashSet::new(),
                 max_request,
@@ -233,6 +251,7 @@ impl Devices {
                 }
                 dev.backing = backing;
                 dev.shared.user_made.store(backing.user_made(), Relaxed);
+                dev.shared.network.store(backing == Backing::Network, Relaxed);
                 if backing == Backing::Network {
                     dev.export = mounts.iter().find(|m| m.dev == sb_dev).map(|m| m.source.clone());
                 }
@@ -342,8 +361,11 @@ impl Devices {
             // Between two writers (LINGER) the budget stays as it was:
             // nobody needs a new one (and a stick pulled mid-copy is gone).
             let lingering = active.writers == 0 && dev.budget != 0;
-            let dirty_seconds =
+            let mut dirty_seconds =
                 self.pacer.dirty_seconds(bdi, sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds));
+            if dev.backing == Backing::Network {
+                dirty_seconds = dirty_seconds.max(NETWORK_DIRTY_SECONDS);
+            }
             let budget = bandwidth::dirty_budget(bw, dirty_seconds, stream_dirty, window, active);
             let moved = (budget as f64 - dev.budget as f64).abs() > BUDGET_SLACK * dev.budget as f64;
             if dev.budget == 0 || (moved && !lingering) {

@@ -543,9 +543,13 @@ impl Submitter {
             if self.stopping.load(Ordering::Relaxed) {
                 continue;
             }
-            if crate::sys::sync_file_range(f.file.as_raw_fd(), f.start, f.end, libc::SYNC_FILE_RANGE_WAIT_BEFORE)
-                .is_err()
-            {
+            let written = if self.device.network() {
+                self.poll_written(&f)
+            } else {
+                crate::sys::sync_file_range(f.file.as_raw_fd(), f.start, f.end, libc::SYNC_FILE_RANGE_WAIT_BEFORE)
+                    .is_ok()
+            };
+            if !written {
                 continue;
             }
             let done = Instant::now();
@@ -557,6 +561,40 @@ impl Submitter {
         }
     }
 }
+
+impl Submitter {
+    /// Waits for a range of a network filesystem's file by polling the page
+    /// cache (cachestat), and gives up when the daemon stops.  WAIT_BEFORE
+    /// sleeps uninterruptibly in folio_wait_writeback while the server is
+    /// silent: with a hard NFS mount dropped for 60 s, `systemctl stop` timed
+    /// out on 6.1 and 6.12 and the process lived on until the server
+    /// answered.  Where cachestat is missing or refused, WAIT_BEFORE it is.
+    fn poll_written(&self, f: &InFlight) -> bool {
+        let mut pause = POLL_FIRST;
+        loop {
+            match crate::sys::under_writeback(f.file.as_raw_fd(), f.start, f.end) {
+                Some(0) => return true,
+                Some(_) => {}
+                None => {
+                    let fd = f.file.as_raw_fd();
+                    return crate::sys::sync_file_range(fd, f.start, f.end, libc::SYNC_FILE_RANGE_WAIT_BEFORE).is_ok();
+                }
+            }
+            if self.stopping.load(Ordering::Relaxed) {
+                return false;
+            }
+            thread::sleep(pause);
+            pause = (pause * 2).min(POLL_MAX);
+        }
+    }
+}
+
+/// Polling a network file's writeback: from 1 ms, doubling to 4 ms.  A
+/// chunk takes 35-40 ms at the 26 MiB/s an emulated Wi-Fi link carried, so
+/// the completion is seen within a tenth of it (what the bandwidth sampler
+/// counts as busy), for at most 250 cachestat calls a second.
+const POLL_FIRST: Duration = Duration::from_millis(1);
+const POLL_MAX: Duration = Duration::from_millis(4);
 
 #[cfg(test)]
 mod tests {
