@@ -67,8 +67,8 @@ min–max). Writes results.json and one SVG plot per copy group to --out
   --fs       ext4, xfs, btrfs, btrfs-zstd (btrfs mounted compress=zstd:1, copying
              data that compresses: files cut from a tar of /usr); default all four
   --runs     runs per mode at every rate, raw included
-  --quick    100 MiB/s, 1 run, reduced sizes, and raw, 3 runs (about 6.5
-             minutes per filesystem, 30 s of it raw)
+  --quick    100 MiB/s, 1 run, reduced sizes, and raw, 3 runs (about 6
+             minutes per filesystem, 20 s of it raw)
   --smoke    tiny sizes: checks the harness itself, capped and raw (about 2
              minutes; run by CI)
   full       100 MiB/s plus the 30 MiB/s USB-stick copy, 3 runs, and raw, 5
@@ -78,8 +78,8 @@ min–max). Writes results.json and one SVG plot per copy group to --out
              100 MiB/s and raw, kernel default and writebehindd only, on the
              filesystems of xtask/bench-baseline.json; names every figure (a
              ratio to the default in the same run) outside its band there,
-             better or worse, and fails if any is (about 5.5 minutes on
-             three, 1.5 of them raw)
+             better or worse, and fails if any is (about 4 minutes on
+             three, 1 of them raw)
   --check-results DIR   the same comparison for a run already made
   --baseline DIRS       makes xtask/bench-baseline.json from the results of
              runs made as --check makes them (three: the bands are their
@@ -124,8 +124,10 @@ pub(crate) const RAW: u64 = 0;
 /// What runs on the raw device: the workloads a fast disk's user meets.
 const RAW_SCENARIOS: [&str; 3] = ["copy", "tar", "multi"];
 /// Runs per mode on the raw device in --quick (and so --check): a median
-/// of three, not five, so that --check grows by about 2 minutes on three
-/// filesystems.
+/// of three, not five.  With three, the raw part of --check took 64 s on
+/// three filesystems (16–19 s of runs and 3 s of set-up each; the whole
+/// check 231 s); five would add about 35 s, and the bands in
+/// xtask/bench-baseline.json are of medians of three.
 const QUICK_RAW_RUNS: u32 = 3;
 /// The raw device's speed for the estimate: 2.8 GB/s of O_DIRECT writes here.
 const RAW_MIBPS: f64 = 2700.0;
