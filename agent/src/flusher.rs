@@ -462,6 +462,13 @@ impl Submitter {
         let mut pending: u64 = 0;
         let mut last = None;
         for job in batch.flushes {
+            // A stopping daemon starts no more writeback: on a silent NFS
+            // server's mount each WRITE call waits for the congestion to
+            // ease, and the thread's last batches kept the process alive
+            // past the unit's TimeoutStopSec.
+            if self.stopping.load(Ordering::Relaxed) {
+                break;
+            }
             let file = match &job.target {
                 Target::Held(stream) => stream.open(&self.counters).or_else(|| self.reach(&stream.closed(), true)),
                 Target::Closed(closed) => self.reach(closed, true),
