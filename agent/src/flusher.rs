@@ -552,12 +552,11 @@ impl Submitter {
             if self.stopping.load(Ordering::Relaxed) {
                 continue;
             }
-            let written = if self.device.network() {
-                self.poll_written(&f)
-            } else {
+            let polled = if self.device.network() { self.poll_written(&f) } else { None };
+            let written = polled.unwrap_or_else(|| {
                 crate::sys::sync_file_range(f.file.as_raw_fd(), f.start, f.end, libc::SYNC_FILE_RANGE_WAIT_BEFORE)
                     .is_ok()
-            };
+            });
             if !written {
                 continue;
             }
@@ -569,32 +568,24 @@ impl Submitter {
             }
         }
     }
-}
 
-impl Submitter {
     /// Waits for a range of a network filesystem's file by polling the page
-    /// cache (cachestat), and gives up when the daemon stops.  WAIT_BEFORE
-    /// sleeps uninterruptibly in folio_wait_writeback while the server is
-    /// silent: with a hard NFS mount dropped for 60 s, `systemctl stop` timed
-    /// out on 6.1 and 6.12 and the process lived on until the server
-    /// answered.  Where cachestat is missing or refused, WAIT_BEFORE it is.
-    fn poll_written(&self, f: &InFlight) -> bool {
+    /// cache (cachestat): Some(false) when the daemon stops first, None
+    /// where cachestat is missing or refused (the caller waits with
+    /// WAIT_BEFORE).  WAIT_BEFORE sleeps uninterruptibly in
+    /// folio_wait_writeback while the server is silent: with a hard NFS
+    /// mount dropped for 60 s, `systemctl stop` timed out on 6.1 and 6.12
+    /// and the process lived on until the server answered.
+    fn poll_written(&self, f: &InFlight) -> Option<bool> {
         let mut pause = POLL_FIRST;
-        loop {
-            match crate::sys::under_writeback(f.file.as_raw_fd(), f.start, f.end) {
-                Some(0) => return true,
-                Some(_) => {}
-                None => {
-                    let fd = f.file.as_raw_fd();
-                    return crate::sys::sync_file_range(fd, f.start, f.end, libc::SYNC_FILE_RANGE_WAIT_BEFORE).is_ok();
-                }
-            }
+        while crate::sys::under_writeback(f.file.as_raw_fd(), f.start, f.end)? > 0 {
             if self.stopping.load(Ordering::Relaxed) {
-                return false;
+                return Some(false);
             }
             thread::sleep(pause);
             pause = (pause * 2).min(POLL_MAX);
         }
+        Some(true)
     }
 }
 
