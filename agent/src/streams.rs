@@ -260,8 +260,11 @@ impl StreamTable {
         }
         let (id, file, bdi) = (s.id, s.file.clone(), s.bdi.clone());
         let counts = s.counts(now, self.devices.quiet(), dev.bandwidth(), false);
+        // From its second window on, a stream's rate is known.
+        let outruns = s.spans > 1
+            && s.last_bytes as f64 > (crate::devices::OUTRUN * dev.bandwidth()) as f64 * s.gap.as_secs_f64();
         if self.device_dirtied(&bdi, ev.end - ev.start, now) || counts {
-            self.devices.busy(&bdi);
+            self.devices.busy(&bdi, outruns);
         }
         if !dev.flushes_span_to(ev.end) {
             return;
@@ -422,8 +425,10 @@ impl StreamTable {
     fn writer_busy(&mut self, tgid: u32, device_busy: bool) {
         let Some(w) = self.writers.get(&tgid) else { return };
         if device_busy || w.rate.meaningful(Instant::now(), self.devices.bandwidth(&w.bdi)) {
-            let bdi = w.bdi.clone();
-            self.devices.busy(&bdi);
+            // Its files are small: they are written best by the kernel,
+            // under a cap (devices::SMALL_FILES).
+            let (bdi, small) = (w.bdi.clone(), w.bytes < crate::devices::SMALL_FILES * w.files);
+            self.devices.busy(&bdi, small);
         }
     }
 
