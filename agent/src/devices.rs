@@ -34,17 +34,22 @@ const LINGER: Duration = Duration::from_secs(2);
 /// for COMMITs' round trips.  Half a second stays within the 2 s of the
 /// link that peak dirty may be.
 const NETWORK_DIRTY_SECONDS: f64 = 0.5;
-/// A device is paced once a writer outruns it: one whose windows come this
-/// many times faster than the device writes (a copy to a stick: 30 times),
+/// A device is paced once a writer outruns it (OUTRUN_RATE, SMALL_FILES),
 /// or once its dirty and writeback pages pass this many budgets of one
 /// writer.  Before that its writeback keeps up with what is dirtied, and a
 /// cap would only slow the writer: on a 2.8 GB/s device a cap of 0.1 s
 /// held `cp -r` of 3.6 GiB at about 1.5 GB/s in balance_dirty_pages (1.09x
 /// the kernel default's time to `sync` done on ext4, 1.13x on xfs), where
 /// the agent's windows alone kept it at 381 MiB dirty, about one budget.
-/// Left to the dirty pages alone, a copy to a 100 MiB/s disk peaked at
-/// 46 MiB, three times what a cap from its second window holds.
 pub const OUTRUN: u64 = 2;
+/// A stream whose windows come this many times faster than its device
+/// writes outruns it from its second window (a copy to a stick: 30 times).
+/// Left to the dirty pages alone, a copy to a 100 MiB/s disk peaked at
+/// 46 MiB, three times what a cap from its second window holds.  Not two:
+/// `cp` from the page cache fills a 2.8 GB/s device's 84 MiB windows at
+/// more than twice its speed, and was capped again (xfs, 3.6 GiB: 1.21x
+/// the default's time to `sync` done, against 0.81x uncapped).
+pub const OUTRUN_RATE: u64 = 4;
 /// A writer whose closed files average less than this is paced at once
 /// too: under the cap the kernel's flusher writes small files in bulk,
 /// where the agent would flush each (`tar x` of 30,000 files of 1-148 KiB

@@ -262,7 +262,7 @@ impl StreamTable {
         let counts = s.counts(now, self.devices.quiet(), dev.bandwidth(), false);
         // From its second window on, a stream's rate is known.
         let outruns = s.spans > 1
-            && s.last_bytes as f64 > (crate::devices::OUTRUN * dev.bandwidth()) as f64 * s.gap.as_secs_f64();
+            && s.last_bytes as f64 > (crate::devices::OUTRUN_RATE * dev.bandwidth()) as f64 * s.gap.as_secs_f64();
         if self.device_dirtied(&bdi, ev.end - ev.start, now) || counts {
             self.devices.busy(&bdi, outruns);
         }
