@@ -42,8 +42,9 @@ const NETWORK_DIRTY_SECONDS: f64 = 0.5;
 /// the kernel default's time to `sync` done on ext4, 1.13x on xfs), where
 /// the agent's windows alone kept it at 381 MiB dirty, about one budget.
 pub const OUTRUN: u64 = 2;
-/// A stream whose windows come this many times faster than its device
-/// writes outruns it from its second window (a copy to a stick: 30 times).
+/// A stream whose windows, or a writer whose files, come this many times
+/// faster than its device writes outruns it from the second on (a copy to
+/// a stick: 30 times).
 /// Left to the dirty pages alone, a copy to a 100 MiB/s disk peaked at
 /// 46 MiB, three times what a cap from its second window holds.  Not two:
 /// `cp` from the page cache fills a 2.8 GB/s device's 84 MiB windows at

@@ -131,6 +131,9 @@ struct Writer {
     /// io_uring): those windows are the agent's to flush, and need room in
     /// the device's budget.
     windowed: bool,
+    /// Its latest file (or window) came OUTRUN_RATE times faster than the
+    /// device writes, measured from the one before.
+    outruns: bool,
 }
 
 pub struct StreamTable {
@@ -412,8 +415,23 @@ impl StreamTable {
         let w = self.writers.entry(tgid).or_insert_with(|| {
             tracing::info!(pid = tgid, comm = %printable(&ev.comm()), bdi = %ev.bdi(), "multi-file writer started");
             let (comm, bdi) = (ev.comm(), ev.bdi());
-            Writer { comm, bdi, files: 0, bytes: 0, started: now, last: now, rate: Rate::new(now), windowed: false }
+            Writer {
+                comm,
+                bdi,
+                files: 0,
+                bytes: 0,
+                started: now,
+                last: now,
+                rate: Rate::new(now),
+                windowed: false,
+                outruns: false,
+            }
         });
+        // From its second file on, as a stream's from its second window.
+        let bw = self.devices.bandwidth(&w.bdi);
+        w.outruns = w.files > 0
+            && bytes as f64
+                > (crate::devices::OUTRUN_RATE * bw) as f64 * now.saturating_duration_since(w.last).as_secs_f64();
         w.files += 1;
         w.bytes += bytes;
         w.last = now;
@@ -425,10 +443,10 @@ impl StreamTable {
     fn writer_busy(&mut self, tgid: u32, device_busy: bool) {
         let Some(w) = self.writers.get(&tgid) else { return };
         if device_busy || w.rate.meaningful(Instant::now(), self.devices.bandwidth(&w.bdi)) {
-            // Its files are small: they are written best by the kernel,
-            // under a cap (devices::SMALL_FILES).
+            // Its files are small, written best by the kernel under a cap
+            // (devices::SMALL_FILES), or come faster than the device writes.
             let (bdi, small) = (w.bdi.clone(), w.bytes < crate::devices::SMALL_FILES * w.files);
-            self.devices.busy(&bdi, small);
+            self.devices.busy(&bdi, small || w.outruns);
         }
     }
 
