@@ -166,7 +166,8 @@ fn test_phases(args: &[String], phases: &mut Vec<Phase>) -> Result<()> {
         // newest runs it under the unit in systest).
         timed("vmtest --quick", &mut || vmtest::main(&["--quick".into()]))?;
         // The package as a service under systemd (PID 1, cgroup v2) on
-        // Debian's stock 6.1 and 7.2 (systest::QUICK_KERNELS).
+        // Debian's stock 6.1, 6.12 and 7.2 (systest::QUICK_KERNELS; 5.10
+        // was booted above).
         timed("systest --quick", &mut || systest::main(&["--quick".into()]))?;
     }
     Ok(())

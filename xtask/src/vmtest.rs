@@ -36,7 +36,7 @@ const TIMEOUT_FULL: Duration = Duration::from_secs(45 * 60);
 
 /// The kernels --quick boots (CI's): the oldest, where the compat object
 /// (no bpf_loop) loads and the differential test runs too.  systest
-/// --quick boots 6.1 and 7.2, where the unit's daemon runs on fentry.
+/// --quick boots the other three, where the unit's daemon runs on fentry.
 /// Measured with lifecycle on both backends on each, on this 2-core
 /// machine: 6.1 405 s, 6.12 390 s, 7.2 467 s (the differential test 74 s of
 /// it), 5.10 709 s; with 7.2 here too and systest --quick on all four
@@ -44,7 +44,7 @@ const TIMEOUT_FULL: Duration = Duration::from_secs(45 * 60);
 const QUICK_KERNELS: &[&str] = &[kernels::OLDEST];
 /// --quick's lifecycle on the tracepoint backend (about 150 s a kernel)
 /// runs on the oldest kernel only; systest's quick run checks that backend
-/// under the real unit and systemd on its two (tracepoint-backend-*).
+/// under the real unit and systemd on the other three (tracepoint-backend-*).
 const QUICK_TRACEPOINT_ON: &str = kernels::OLDEST;
 const BACKENDS: &[&str] = &["fentry", "tracepoint"];
 const FENTRY: &[&str] = &["fentry"];
