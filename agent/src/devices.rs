@@ -411,6 +411,10 @@ impl Devices {
             if keeps_up {
                 // Not paced (yet): the next event or tick looks again.
             } else if dev.budget == 0 || (moved && !lingering) {
+                if dev.budget == 0 {
+                    let why = if outrun { "a writer outruns it" } else { "its writeback fell behind" };
+                    tracing::info!(bdi, dirty = dev.dirty, budget, why, "capping the device");
+                }
                 dev.budget = match self.pacer.pace(bdi, budget) {
                     Ok(true) => budget,
                     Ok(false) => 0,
