@@ -205,13 +205,14 @@ usb_run() {
     check "$name-sync-within-1s" [ $((synced - t1)) -le 1000000000 ]
     # After `sync` nothing is dirty with either; what umount still does is
     # evict the copy's cached pages, which under TCG takes about a second for
-    # the full run's 512 MiB with the kernel default too (6.1: 0.85-1.21 s).
-    # The bound is 1 s, or half as much again as the default's time for the
-    # same copy where that is more (a quick run has the default's times on 7.2
-    # only).
-    local umount_bound=1000000000 default_ns=${default_umount_ns[$name]:-0}
+    # the full run's 512 MiB with the kernel default too (6.1: 0.85-1.21 s),
+    # and for a quick run's 128 MiB 0.27-1.04 s (6.1, the daemon's copies;
+    # the first after boot the longest).  The bound is 1.5 s, or half as
+    # much again as the default's time for the same copy where that is more
+    # (a quick run has the default's times on 7.2 only).
+    local umount_bound=1500000000 default_ns=${default_umount_ns[$name]:-0}
     ((default_ns * 3 / 2 > umount_bound)) && umount_bound=$((default_ns * 3 / 2))
-    check "$name-umount-within-1s" [ $((t3 - t2)) -le $umount_bound ]
+    check "$name-umount-in-time" [ $((t3 - t2)) -le $umount_bound ]
 }
 
 # Polls `wbctl status --json` every second for the lever pacing bdi $1
