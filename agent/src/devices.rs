@@ -51,8 +51,7 @@ pub const OUTRUN: u64 = 2;
 /// run without this bound on 6.1 found none of them paced.
 const FAST_DEVICE: u64 = 1 << 30;
 /// A stream whose windows, or a writer whose files, come this many times
-/// faster than its device writes outruns it from the second on (a copy to
-/// a stick: 30 times).
+/// faster than its device writes outruns it, from the second on.
 /// Left to the dirty pages alone, a copy to a 100 MiB/s disk peaked at
 /// 46 MiB, three times what a cap from its second window holds.  Not two:
 /// `cp` from the page cache fills a 2.8 GB/s device's 84 MiB windows at
