@@ -180,6 +180,21 @@ pub fn meaningful(bytes: u64, per: Duration, bw: u64) -> bool {
     bytes as f64 * MEANINGFUL >= bw as f64 * per.as_secs_f64()
 }
 
+/// A stream whose windows, or a writer whose files, come this many times
+/// faster than its device writes outruns it (devices.rs, where it decides
+/// when a fast device is capped).  Left to the dirty pages alone, a copy to
+/// a 100 MiB/s disk peaked at 46 MiB, three times what a cap from its
+/// second window holds.  Not two: `cp` from the page cache fills a 2.8 GB/s
+/// device's 84 MiB windows at more than twice its speed, and was capped
+/// again (xfs, 3.6 GiB: 1.21x the default's time to `sync` done, against
+/// 0.81x uncapped).
+pub const OUTRUN_RATE: u64 = 4;
+
+/// Whether `bytes` dirtied in `per` outrun a device of `bw` (OUTRUN_RATE).
+pub fn outruns(bytes: u64, per: Duration, bw: u64) -> bool {
+    bytes as f64 > (OUTRUN_RATE * bw) as f64 * per.as_secs_f64()
+}
+
 /// A multi-file writer's recent rate, from the bytes of the files it closed:
 /// a sum that decays by e every RATE_TAU, over RATE_TAU.  2 s smooths a
 /// writer that closes a file every second or two, and forgets a burst

@@ -34,7 +34,8 @@ const LINGER: Duration = Duration::from_secs(2);
 /// for COMMITs' round trips.  Half a second stays within the 2 s of the
 /// link that peak dirty may be.
 const NETWORK_DIRTY_SECONDS: f64 = 0.5;
-/// A device is paced once a writer outruns it (OUTRUN_RATE, SMALL_FILES),
+/// A device is paced once a writer outruns it (bandwidth::outruns,
+/// SMALL_FILES),
 /// or once its dirty and writeback pages pass this many budgets of one
 /// writer.  Before that its writeback keeps up with what is dirtied, and a
 /// cap would only slow the writer: on a 2.8 GB/s device a cap of 0.1 s
@@ -50,14 +51,6 @@ pub const OUTRUN: u64 = 2;
 /// service checks pace 6-16 MiB/s writers of their disk, and a systest
 /// run without this bound on 6.1 found none of them paced.
 const FAST_DEVICE: u64 = 1 << 30;
-/// A stream whose windows, or a writer whose files, come this many times
-/// faster than its device writes outruns it, from the second on.
-/// Left to the dirty pages alone, a copy to a 100 MiB/s disk peaked at
-/// 46 MiB, three times what a cap from its second window holds.  Not two:
-/// `cp` from the page cache fills a 2.8 GB/s device's 84 MiB windows at
-/// more than twice its speed, and was capped again (xfs, 3.6 GiB: 1.21x
-/// the default's time to `sync` done, against 0.81x uncapped).
-pub const OUTRUN_RATE: u64 = 4;
 /// A writer whose closed files average less than this is paced at once
 /// too: under the cap the kernel's flusher writes small files in bulk,
 /// where the agent would flush each (`tar x` of 30,000 files of 1-148 KiB
@@ -169,8 +162,8 @@ struct Device {
     pushed_batch: bool,
     /// When a writer last counted for pacing (`busy`).
     last_busy: Option<Instant>,
-    /// When a writer that outruns the device for sure (OUTRUN, SMALL_FILES)
-    /// last counted.
+    /// When a writer that outruns the device for sure (bandwidth::outruns,
+    /// SMALL_FILES) last counted.
     last_outrun: Option<Instant>,
     /// Dirty + writeback bytes of the device at its latest event.
     dirty: u64,
@@ -302,8 +295,8 @@ impl Devices {
     /// pages show that it does not keep up (OUTRUN), since a writer faster
     /// than the device piles up ~100 MiB per 100 ms tick.  Other
     /// events (a trickle of closes) neither start nor prolong pacing.
-    /// `outruns`: the writer outruns the device for sure (OUTRUN,
-    /// SMALL_FILES), whatever its dirty pages say yet.
+    /// `outruns`: the writer outruns the device for sure
+    /// (bandwidth::outruns, SMALL_FILES), whatever its dirty pages say yet.
     pub fn busy(&mut self, bdi: &str, outruns: bool) {
         let Some(dev) = self.devs.get_mut(bdi) else { return };
         let now = Instant::now();
@@ -564,48 +557,38 @@ mod tests {
         let page = devices.page_size;
         let mut ev =
             wb_event { sb_dev: 9, bdi_bw_pages: bw / page, bdi_dirty_pages: dirty / page, ..Default::default() };
-        for (d, s) in ev.bdi.iter_mut().zip(b"7:9") {
+        for (d, s) in ev.bdi.iter_mut().zip(b"7:0") {
             *d = *s as std::ffi::c_char;
         }
         devices.note(&ev);
-        devices.devs.get_mut("7:9").unwrap().backing = Backing::Disk;
+        devices.devs.get_mut("7:0").unwrap().backing = Backing::Disk;
     }
 
     #[test]
     fn a_fast_device_is_paced_once_its_writeback_falls_behind_or_a_writer_outruns_it() {
-        let dir = std::env::temp_dir().join(format!("wb-devices-outrun-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("7:9")).unwrap();
-        for (k, v) in [("max_ratio_fine", "1000000"), ("strict_limit", "0"), ("max_bytes", "1000000000")] {
-            std::fs::write(dir.join("7:9").join(k), v).unwrap();
-        }
-        let devices = || {
-            let global = crate::pacing::Global::with_paths(dir.join("vm"), dir.join("vmstat"), dir.join("global"));
-            let pacer = Pacer::with_paths(dir.clone(), dir.join("journal"), global, crate::pacing::Lever::Bdi);
-            Devices::new(Policy::embedded_default(), None, pacer)
-        };
+        let sysfs = crate::pacing::tests::FakeSysfs::new("outrun");
+        let devices = || Devices::new(Policy::embedded_default(), None, sysfs.pacer());
         const MIB: u64 = 1 << 20;
         const FAST: u64 = 2 << 30;
         // One writer's budget at 2 GiB/s: four windows of 61 MiB.
         let mut d = devices();
         disk_holding(&mut d, FAST, 8 * MIB);
-        d.busy("7:9", false);
-        assert_eq!(d.budget("7:9"), 0, "8 MiB dirty: its writeback keeps up");
+        d.busy("7:0", false);
+        assert_eq!(d.budget("7:0"), 0, "8 MiB dirty: its writeback keeps up");
         disk_holding(&mut d, FAST, 1024 * MIB);
-        d.busy("7:9", false);
-        assert_ne!(d.budget("7:9"), 0, "1 GiB dirty: it does not");
+        d.busy("7:0", false);
+        assert_ne!(d.budget("7:0"), 0, "1 GiB dirty: it does not");
         d.shutdown();
         let mut d = devices();
         disk_holding(&mut d, FAST, 8 * MIB);
-        d.busy("7:9", true);
-        assert_ne!(d.budget("7:9"), 0, "a writer that outruns it: at once");
+        d.busy("7:0", true);
+        assert_ne!(d.budget("7:0"), 0, "a writer that outruns it: at once");
         d.shutdown();
         let mut d = devices();
         disk_holding(&mut d, 200 * MIB, 8 * MIB);
-        d.busy("7:9", false);
-        assert_ne!(d.budget("7:9"), 0, "a 200 MiB/s device: at once, as ever");
+        d.busy("7:0", false);
+        assert_ne!(d.budget("7:0"), 0, "a 200 MiB/s device: at once, as ever");
         d.shutdown();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

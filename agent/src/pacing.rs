@@ -431,17 +431,17 @@ fn write_knob(path: &Path, value: &str) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A fake bdi directory: writing max_bytes sets max_ratio_fine the way
     /// the kernel does (a share of the dirty limit, here 1e9 bytes).
-    struct FakeSysfs {
+    pub(crate) struct FakeSysfs {
         dir: PathBuf,
     }
 
     impl FakeSysfs {
-        fn new(name: &str) -> Self {
+        pub(crate) fn new(name: &str) -> Self {
             let dir = std::env::temp_dir().join(format!("wb-pacing-{name}-{}", std::process::id()));
             let _ = fs::remove_dir_all(&dir);
             fs::create_dir_all(dir.join("7:0")).unwrap();
@@ -462,7 +462,7 @@ mod tests {
             let bytes: u64 = self.get("max_bytes").parse().unwrap();
             self.set("max_ratio_fine", &(bytes / 1000).to_string());
         }
-        fn pacer(&self) -> Pacer {
+        pub(crate) fn pacer(&self) -> Pacer {
             let global = Global::with_paths(self.dir.join("vm"), self.dir.join("vmstat"), self.dir.join("global"));
             Pacer::with_paths(self.dir.clone(), self.dir.join("journal"), global, Lever::Auto)
         }

@@ -131,8 +131,8 @@ struct Writer {
     /// io_uring): those windows are the agent's to flush, and need room in
     /// the device's budget.
     windowed: bool,
-    /// Its latest file (or window) came OUTRUN_RATE times faster than the
-    /// device writes, measured from the one before.
+    /// Its latest file (or window) outran the device (bandwidth::outruns),
+    /// measured from the one before.
     outruns: bool,
 }
 
@@ -264,8 +264,7 @@ impl StreamTable {
         let (id, file, bdi) = (s.id, s.file.clone(), s.bdi.clone());
         let counts = s.counts(now, self.devices.quiet(), dev.bandwidth(), false);
         // From its second window on, a stream's rate is known.
-        let outruns = s.spans > 1
-            && s.last_bytes as f64 > (crate::devices::OUTRUN_RATE * dev.bandwidth()) as f64 * s.gap.as_secs_f64();
+        let outruns = s.spans > 1 && bandwidth::outruns(s.last_bytes, s.gap, dev.bandwidth());
         if self.device_dirtied(&bdi, ev.end - ev.start, now) || counts {
             self.devices.busy(&bdi, outruns);
         }
@@ -429,9 +428,7 @@ impl StreamTable {
         });
         // From its second file on, as a stream's from its second window.
         let bw = self.devices.bandwidth(&w.bdi);
-        w.outruns = w.files > 0
-            && bytes as f64
-                > (crate::devices::OUTRUN_RATE * bw) as f64 * now.saturating_duration_since(w.last).as_secs_f64();
+        w.outruns = w.files > 0 && bandwidth::outruns(bytes, now.saturating_duration_since(w.last), bw);
         w.files += 1;
         w.bytes += bytes;
         w.last = now;
