@@ -34,17 +34,21 @@ const LINGER: Duration = Duration::from_secs(2);
 /// for COMMITs' round trips.  Half a second stays within the 2 s of the
 /// link that peak dirty may be.
 const NETWORK_DIRTY_SECONDS: f64 = 0.5;
-/// A device is paced once a writer outruns it (bandwidth::outruns,
-/// SMALL_FILES),
-/// or once its dirty and writeback pages pass this many budgets of one
-/// writer.  Before that its writeback keeps up with what is dirtied, and a
-/// cap would only slow the writer: on a 2.8 GB/s device a cap of 0.1 s
-/// held `cp -r` of 3.6 GiB at about 1.5 GB/s in balance_dirty_pages (1.09x
-/// the kernel default's time to `sync` done on ext4, 1.13x on xfs), where
-/// the agent's windows alone kept it at 381 MiB dirty, about one budget.
+/// A fast device is paced once its dirty and writeback pages pass this many
+/// budgets of one writer, or a writer of small files (SMALL_FILES) counts.
+/// Before that its writeback keeps up with what is dirtied, and a cap would
+/// only slow the writer: on a 2.8 GB/s device a cap of 0.1 s held `cp -r`
+/// of 3.6 GiB at about 1.5 GB/s in balance_dirty_pages (1.09x the kernel
+/// default's time to `sync` done on ext4, 1.13x on xfs), where the agent's
+/// windows alone kept it at 381 MiB dirty, about one budget.  Nor does a
+/// writer's rate decide it: `cp` from the page cache fills a 2.8 GB/s
+/// device's windows at more than four times its speed for a moment, and a
+/// cap at that moment cost xfs's copy 1.18x the default's time to `sync`
+/// done, against 1.04x here.
 pub const OUTRUN: u64 = 2;
-/// Only a device at least this fast waits for a writer to outrun it; a
-/// slower one is capped at a counted writer's first window, as before.
+/// Only a device at least this fast (Estimator::capacity) waits for its
+/// writeback to fall behind; a slower one is capped at a counted writer's
+/// first window, as before.
 /// There a memory-speed writer (1 GB/s on this VM) outruns the device
 /// anyway and waiting only lets its first burst grow, and a writer slower
 /// than the device but above a sixteenth of it stays paced: the guests'
@@ -137,6 +141,11 @@ impl DeviceShared {
     pub fn bandwidth(&self) -> u64 {
         self.est.lock().unwrap().estimate()
     }
+
+    /// What it has shown it can write, bytes per second (Estimator::capacity).
+    pub fn capacity(&self) -> u64 {
+        self.est.lock().unwrap().capacity()
+    }
 }
 
 /// What BPF sizes windows from: the `devices` map, by sb_dev.
@@ -162,9 +171,13 @@ struct Device {
     pushed_batch: bool,
     /// When a writer last counted for pacing (`busy`).
     last_busy: Option<Instant>,
-    /// When a writer that outruns the device for sure (bandwidth::outruns,
-    /// SMALL_FILES) last counted.
-    last_outrun: Option<Instant>,
+    /// When a writer of small files (SMALL_FILES) last counted.
+    last_small_files: Option<Instant>,
+    /// Its estimate has reached FAST_DEVICE once: it is fast, whatever a
+    /// moment's contention makes of the estimate later.
+    fast: bool,
+    /// Capped before it was known to be fast: released once it is.
+    capped_slow: bool,
     /// Dirty + writeback bytes of the device at its latest event.
     dirty: u64,
     /// The dirty cap the agent set, 0 when not pacing.
@@ -254,7 +267,9 @@ impl Devices {
                 pushed_bw: 0,
                 pushed_batch: false,
                 last_busy: None,
-                last_outrun: None,
+                last_small_files: None,
+                fast: false,
+                capped_slow: false,
                 dirty: 0,
                 budget: 0,
                 last_event: Instant::now(),
@@ -295,14 +310,14 @@ impl Devices {
     /// pages show that it does not keep up (OUTRUN), since a writer faster
     /// than the device piles up ~100 MiB per 100 ms tick.  Other
     /// events (a trickle of closes) neither start nor prolong pacing.
-    /// `outruns`: the writer outruns the device for sure
-    /// (bandwidth::outruns, SMALL_FILES), whatever its dirty pages say yet.
-    pub fn busy(&mut self, bdi: &str, outruns: bool) {
+    /// `small_files`: the writer's files are small (SMALL_FILES), paced at
+    /// once whatever its dirty pages say yet.
+    pub fn busy(&mut self, bdi: &str, small_files: bool) {
         let Some(dev) = self.devs.get_mut(bdi) else { return };
         let now = Instant::now();
         dev.last_busy = Some(now);
-        if outruns {
-            dev.last_outrun = Some(now);
+        if small_files {
+            dev.last_small_files = Some(now);
         }
         if dev.budget == 0 && self.policy.pacing {
             self.tick_one(bdi, Active { writers: 1, windowed: 1 });
@@ -317,6 +332,11 @@ impl Devices {
     /// The device's bandwidth estimate (0 for a device never seen).
     pub fn bandwidth(&self, bdi: &str) -> u64 {
         self.devs.get(bdi).map_or(0, |d| d.shared.bandwidth())
+    }
+
+    /// What the device has shown it can write (0 for a device never seen).
+    pub fn capacity(&self, bdi: &str) -> u64 {
+        self.devs.get(bdi).map_or(0, |d| d.shared.capacity())
     }
 
     /// The device's window (the configured one for a device never seen).
@@ -385,6 +405,11 @@ impl Devices {
         };
         pacing &= self.policy.pace_user_devices || !dev.backing.user_made();
         let bw = dev.shared.bandwidth();
+        dev.fast |= dev.shared.capacity() >= FAST_DEVICE;
+        // A fast device's cap is sized from what it has shown it can write:
+        // its estimate lags behind (Estimator::capacity), and a cap from it
+        // holds the writer below the device's speed.
+        let capacity = if dev.fast { bw.max(dev.shared.capacity()) } else { bw };
         dev.shared.chunk.store(bandwidth::chunk(bw, in_flight, dev.max_request), Relaxed);
         // BPF sizes each writer's window from bw with its own policy; the
         // root policy's window here sizes batches and the dirty budget.
@@ -400,20 +425,39 @@ impl Devices {
             if dev.backing == Backing::Network {
                 dirty_seconds = dirty_seconds.max(NETWORK_DIRTY_SECONDS);
             }
-            let budget = bandwidth::dirty_budget(bw, dirty_seconds, stream_dirty, window, active);
+            let budget = bandwidth::dirty_budget(capacity, dirty_seconds, stream_dirty, window, active);
             let moved = (budget as f64 - dev.budget as f64).abs() > BUDGET_SLACK * dev.budget as f64;
             // One writer's budget, not all of them: ten streams' windows
             // add up to gigabytes on a fast device.
-            let one =
-                bandwidth::dirty_budget(bw, dirty_seconds, stream_dirty, window, Active { writers: 1, windowed: 1 });
-            let outrun = dev.last_outrun.is_some_and(|t| t.elapsed() < LINGER);
-            let keeps_up = bw >= FAST_DEVICE && dev.budget == 0 && !outrun && dev.dirty <= OUTRUN * one;
-            if keeps_up {
+            let one = bandwidth::dirty_budget(
+                capacity,
+                dirty_seconds,
+                stream_dirty,
+                window,
+                Active { writers: 1, windowed: 1 },
+            );
+            let small = dev.last_small_files.is_some_and(|t| t.elapsed() < LINGER);
+            let keeps_up = dev.fast && !small && dev.dirty <= OUTRUN * one;
+            if keeps_up && dev.budget != 0 && dev.capped_slow {
+                // Capped on a first estimate under FAST_DEVICE (the kernel's
+                // for a device it had measured only lightly: xfs's raw device
+                // started near 0.9 GB/s where it writes 2.8) that the agent's
+                // own writeback has since shown fast: a fast device's rule
+                // from now on.
+                tracing::info!(bdi, bw, "the device is fast: uncapped until its writeback falls behind");
+                self.pacer.release(bdi);
+                (dev.budget, dev.capped_slow) = (0, false);
+            } else if keeps_up && dev.budget == 0 {
                 // Not paced (yet): the next event or tick looks again.
             } else if dev.budget == 0 || (moved && !lingering) {
                 if dev.budget == 0 {
-                    let why = if outrun { "a writer outruns it" } else { "its writeback fell behind" };
-                    tracing::info!(bdi, dirty = dev.dirty, budget, why, "capping the device");
+                    let why = match () {
+                        _ if !dev.fast => "under 1 GiB/s: capped at a writer's first window",
+                        _ if small => "a writer of small files",
+                        _ => "its writeback fell behind",
+                    };
+                    tracing::info!(bdi, bw, dirty = dev.dirty, budget, why, "capping the device");
+                    dev.capped_slow = !dev.fast;
                 }
                 dev.budget = match self.pacer.pace(bdi, budget) {
                     Ok(true) => budget,
@@ -565,7 +609,7 @@ mod tests {
     }
 
     #[test]
-    fn a_fast_device_is_paced_once_its_writeback_falls_behind_or_a_writer_outruns_it() {
+    fn a_fast_device_is_paced_once_its_writeback_falls_behind_or_small_files_come_even_if_first_thought_slow() {
         let sysfs = crate::pacing::tests::FakeSysfs::new("outrun");
         let devices = || Devices::new(Policy::embedded_default(), None, sysfs.pacer());
         const MIB: u64 = 1 << 20;
@@ -582,12 +626,22 @@ mod tests {
         let mut d = devices();
         disk_holding(&mut d, FAST, 8 * MIB);
         d.busy("7:0", true);
-        assert_ne!(d.budget("7:0"), 0, "a writer that outruns it: at once");
+        assert_ne!(d.budget("7:0"), 0, "a writer of small files: at once");
         d.shutdown();
         let mut d = devices();
         disk_holding(&mut d, 200 * MIB, 8 * MIB);
         d.busy("7:0", false);
         assert_ne!(d.budget("7:0"), 0, "a 200 MiB/s device: at once, as ever");
+        // The next tick, the device measured fast since.
+        let writing = HashMap::from([("7:0".to_owned(), Active { writers: 1, windowed: 1 })]);
+        disk_holding(&mut d, FAST, 8 * MIB);
+        d.tick(&writing, false);
+        assert_eq!(d.budget("7:0"), 0, "measured fast since: uncapped");
+        disk_holding(&mut d, 200 * MIB, 8 * MIB);
+        d.tick(&writing, false);
+        assert_eq!(d.budget("7:0"), 0, "fast once, fast still: contention slows an estimate");
+        d.busy("7:0", true);
+        assert_ne!(d.budget("7:0"), 0, "and capped once a writer of small files counts");
         d.shutdown();
     }
 

@@ -131,9 +131,6 @@ struct Writer {
     /// io_uring): those windows are the agent's to flush, and need room in
     /// the device's budget.
     windowed: bool,
-    /// Its latest file (or window) outran the device (bandwidth::outruns),
-    /// measured from the one before.
-    outruns: bool,
 }
 
 pub struct StreamTable {
@@ -263,10 +260,8 @@ impl StreamTable {
         }
         let (id, file, bdi) = (s.id, s.file.clone(), s.bdi.clone());
         let counts = s.counts(now, self.devices.quiet(), dev.bandwidth(), false);
-        // From its second window on, a stream's rate is known.
-        let outruns = s.spans > 1 && bandwidth::outruns(s.last_bytes, s.gap, dev.bandwidth());
         if self.device_dirtied(&bdi, ev.end - ev.start, now) || counts {
-            self.devices.busy(&bdi, outruns);
+            self.devices.busy(&bdi, false);
         }
         if !dev.flushes_span_to(ev.end) {
             return;
@@ -414,21 +409,8 @@ impl StreamTable {
         let w = self.writers.entry(tgid).or_insert_with(|| {
             tracing::info!(pid = tgid, comm = %printable(&ev.comm()), bdi = %ev.bdi(), "multi-file writer started");
             let (comm, bdi) = (ev.comm(), ev.bdi());
-            Writer {
-                comm,
-                bdi,
-                files: 0,
-                bytes: 0,
-                started: now,
-                last: now,
-                rate: Rate::new(now),
-                windowed: false,
-                outruns: false,
-            }
+            Writer { comm, bdi, files: 0, bytes: 0, started: now, last: now, rate: Rate::new(now), windowed: false }
         });
-        // From its second file on, as a stream's from its second window.
-        let bw = self.devices.bandwidth(&w.bdi);
-        w.outruns = w.files > 0 && bandwidth::outruns(bytes, now.saturating_duration_since(w.last), bw);
         w.files += 1;
         w.bytes += bytes;
         w.last = now;
@@ -441,9 +423,9 @@ impl StreamTable {
         let Some(w) = self.writers.get(&tgid) else { return };
         if device_busy || w.rate.meaningful(Instant::now(), self.devices.bandwidth(&w.bdi)) {
             // Its files are small, written best by the kernel under a cap
-            // (devices::SMALL_FILES), or come faster than the device writes.
+            // (devices::SMALL_FILES).
             let (bdi, small) = (w.bdi.clone(), w.bytes < crate::devices::SMALL_FILES * w.files);
-            self.devices.busy(&bdi, small || w.outruns);
+            self.devices.busy(&bdi, small);
         }
     }
 
