@@ -67,7 +67,7 @@ db_run() {
     pgb=$!
     sleep 1
     t0=$(date +%s%N)
-    runuser -u carol -- sh -c "cp /var/tmp/src $DB_STICK/dst/a && cp /var/tmp/src $DB_STICK/dst/b"
+    runuser -u carol -- sh -c "cp $SRC_FILE $DB_STICK/dst/a && cp $SRC_FILE $DB_STICK/dst/b"
     copy_rc=$?
     sync -f $DB_STICK
     t1=$(date +%s%N)

@@ -33,7 +33,7 @@
 MIB=$((1 << 20))
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 id carol >/dev/null 2>&1 || useradd -M carol
-NFS_SRC=/var/tmp/nfs-src
+NFS_SRC=$SRCS
 NFS_IMG=/var/tmp/nfs-export.img
 NFS_EXPORT=/srv/nfs
 NFS_MNT=/mnt/nfs
@@ -44,18 +44,11 @@ else
     nfs_mib=512 nfs_photos=60 NFS_HANG=60
 fi
 
-# The big file and the photo folder, world-readable, read once so that the
-# copies read the page cache.
+# The big file and the photo folder (the host made them, world-readable),
+# read once so that the copies read the page cache.
 nfs_sources() {
-    [ -d $NFS_SRC ] && return
-    mkdir -p $NFS_SRC/photos
-    head -c ${nfs_mib}M /dev/urandom >$NFS_SRC/big.bin
-    local i
-    for ((i = 0; i < nfs_photos; i++)); do
-        head -c $(((2 + RANDOM % 11) * MIB + RANDOM)) /dev/urandom >$NFS_SRC/photos/IMG_$((1000 + i)).JPG
-    done
-    chmod -R a+rX $NFS_SRC
-    cat $NFS_SRC/big.bin $NFS_SRC/photos/* >/dev/null 2>&1
+    cat $NFS_SRC/big.bin >/dev/null
+    if ((nfs_photos)); then cat $NFS_SRC/photos/* >/dev/null; fi
 }
 
 # The server: its own disk, exported to the guest itself (root_squash, the

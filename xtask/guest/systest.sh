@@ -20,6 +20,11 @@ S=/run/systest
 # NFS part (nfs.sh).
 . $S/config
 MAX_EXPOSURE=2.0
+# Random data the host made (systest.rs, sources): 96 MiB for the service's
+# writers, the file written during the kill among them; the sticks' and
+# NFS's big file and photo folder.
+SRCS=$S/sources
+SRC_FILE=$SRCS/src.bin
 failed=0
 pass() { echo "systest: PASS $*"; }
 fail() {
@@ -141,8 +146,6 @@ mkfs.ext4 -q -F /var/tmp/wb.img
 workload_fs
 mkdir -p $STATE
 knobs >$STATE/before-install
-# 96 MiB of random data, the file written during the kill.
-head -c 96M /dev/urandom >/var/tmp/src
 
 # Install.
 if [ -f $S/writebehindd.deb ]; then
@@ -204,7 +207,7 @@ fi
 # bdi's knobs on 6.2+, the global dirty limits before); then a reload.  pv reads a file:
 # from a pipe it writes with splice(2), which the daemon does not see (no
 # stream for `head -c 160M /dev/zero | pv -qL 16m`, measured on 6.12).
-pv -qL 16m /var/tmp/src >/mnt/wb/stream
+pv -qL 16m $SRC_FILE >/mnt/wb/stream
 sync
 wait_for 30 logged "stream ended"
 check "journal-stream-started" logged "stream started"
@@ -236,7 +239,7 @@ TOML
 t=$(date +%s)
 systemctl reload writebehindd
 check "reload-picks-up-drop-in" wait_for 20 logged_since "$t" "policies reloaded.*50-systest.toml"
-head -c 64M /var/tmp/src >/var/tmp/part
+head -c 64M $SRC_FILE >/var/tmp/part
 systemd-run -q --unit=backup sh -c 'pv -qL 16m /var/tmp/part >/mnt/wb/backup'
 sleep 1
 policy=$(wbctl policy --pid "$(systemctl show -p MainPID --value backup)")
@@ -272,7 +275,7 @@ check "no-restart-${WATCH}s" [ "$(prop NRestarts)/$(prop MainPID)/$(prop ActiveS
 # kill -9 while pacing a writer: systemd restarts the daemon, the new one
 # puts back the knobs the killed one paced with, the file is intact.
 before_kill=$(knobs)
-pv -qL 6m /var/tmp/src >/mnt/wb/copy &
+pv -qL 6m $SRC_FILE >/mnt/wb/copy &
 writer=$!
 strict() { paced "$bdi"; }
 if ((paces)); then
@@ -297,7 +300,7 @@ fi
 wait "$writer"
 sync
 echo 3 >/proc/sys/vm/drop_caches
-check "file-written-across-kill-identical" cmp /var/tmp/src /mnt/wb/copy
+check "file-written-across-kill-identical" cmp $SRC_FILE /mnt/wb/copy
 # The new instance does not pick the writer up again (measured on 6.12: no
 # stream started for the 60 MiB pv wrote after the restart); if it did,
 # its pacing ends before the knobs are compared.
@@ -346,7 +349,7 @@ t=$(date +%s)
 systemctl restart writebehindd
 check "tracepoint-backend-under-the-unit" [ "$(prop ActiveState)/$(prop SubState)" = active/running ]
 check "tracepoint-backend-chosen" logged_since "$t" "backend=tracepoint"
-pv -qL 32m /var/tmp/src >/mnt/wb/fallback
+pv -qL 32m $SRC_FILE >/mnt/wb/fallback
 sync
 check "tracepoint-backend-streams" wait_for 30 logged_since "$t" "stream ended.*ino=$(stat -c %i /mnt/wb/fallback) "
 if ((paces)); then

@@ -27,27 +27,15 @@ mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 # The desktop user (not uid 1000 by force: systest's own users may hold it).
 id carol >/dev/null 2>&1 || useradd -M carol
 carol=$(id -u carol)
-SRC=/var/tmp/usb-src
+SRC=$SRCS
 STICK=/mnt/stick
 mkdir -p $STICK
-if [ "$USB" = quick ]; then
-    big_mib=128 photos=16 photo_min=1 photo_max=8 fses="vfat exfat ntfs3"
-else
-    big_mib=512 photos=60 photo_min=2 photo_max=12 fses="vfat exfat ntfs3"
-fi
+fses="vfat exfat ntfs3"
 usb_ask() { echo "systest: QEMU $*"; }
 
-# The photo folder and the big file, world-readable, made once.
+# The photo folder and the big file (the host made them, world-readable):
+# the copies read from the page cache, as a file manager's usually do.
 usb_sources() {
-    [ -d $SRC ] && return
-    mkdir -p $SRC/photos
-    head -c ${big_mib}M /dev/urandom >$SRC/big.bin
-    local i span=$((photo_max - photo_min + 1))
-    for ((i = 0; i < photos; i++)); do
-        head -c $(((photo_min + RANDOM % span) * MIB + RANDOM)) /dev/urandom >$SRC/photos/IMG_$((1000 + i)).JPG
-    done
-    chmod -R a+rX $SRC
-    # The copies read from the page cache, as a file manager's usually do.
     cat $SRC/big.bin $SRC/photos/* >/dev/null
 }
 
@@ -384,7 +372,7 @@ measure usb-pulled-log-lines "$lines"
 log_since "$t" | sed 's/^/systest:   /' | head -20
 check "usb-pulled-logged-once" [ "$lines" -le 2 ]
 t=$(date +%s)
-head -c 32M /var/tmp/src >/mnt/wb/after-pull
+head -c 32M $SRC_FILE >/mnt/wb/after-pull
 sync
 check "usb-pulled-other-devices-served" wait_for 20 logged_since "$t" "stream started.*ino=$(stat -c %i /mnt/wb/after-pull) "
 rm -f /mnt/wb/after-pull

@@ -385,6 +385,7 @@ pub fn boot(
         .context("starting qemu")?;
     let pid = qemu.id() as i32;
     console(&mut qemu, |line, log| {
+        println!("{line}");
         if let Some(Err(e)) = sticks.map(|s| s.relay(line)) {
             println!("sticks: {e:#}");
         }
@@ -397,15 +398,14 @@ pub fn boot(
     })
 }
 
-/// Echoes a started qemu's serial console (its stdout) line by line, each
-/// also shown to `each` with the lines before it, until qemu exits; returns
-/// the lines.
+/// Reads a started qemu's serial console (its stdout) line by line, each
+/// shown to `each` with the lines before it, until qemu exits; returns the
+/// lines.
 pub fn console(qemu: &mut Child, mut each: impl FnMut(&str, &[String])) -> Result<Vec<String>> {
     let mut log = Vec::new();
     for line in BufReader::new(qemu.stdout.take().context("qemu's stdout")?).lines() {
         // The firmware's screen control codes are noise in a CI log.
         let clean: String = line?.chars().filter(|c| !c.is_control() || *c == '\t').collect();
-        println!("{clean}");
         each(&clean, &log);
         log.push(clean);
     }

@@ -147,24 +147,54 @@ fn test_phases(args: &[String], phases: &mut Vec<Phase>) -> Result<()> {
         phases.push((name, started.elapsed(), result.is_ok()));
         result
     };
+    // The guests' images and kernels are made while the binaries build:
+    // mmdebstrap waits on the archive and on dpkg for much of its 4 minutes.
+    // Joined before the host tests, whose figures it would disturb.
+    let guests = args.is_empty().then(|| {
+        std::thread::spawn(|| -> Result<()> {
+            vmtest::prepare_quick()?;
+            systest::main(&["--quick".into(), "--images".into()])
+        })
+    });
     // Integration tests spawn the daemon binary, so build it first.
     timed("build", &mut || cargo(&["build", "--workspace", "--bins"]))?;
+    if let Some(guests) = guests {
+        // What the phases after it build, built beside the guests: the test
+        // binaries, and the release build (the package's and the bench's).
+        timed("build (tests, release)", &mut || {
+            cargo(&["test", "--workspace", "--no-run"])?;
+            cargo(&["build", "--release", "-p", "writebehindd"])
+        })?;
+        let mut guests = Some(guests);
+        timed("guest images", &mut || match guests.take().map(|g| g.join()) {
+            Some(Ok(made)) => made,
+            Some(Err(_)) => bail!("preparing the guests panicked"),
+            None => Ok(()),
+        })?;
+    }
+    // This kernel refuses fentry: the fentry backend is tested on Debian's
+    // stock kernels under emulation, the oldest here (the newest runs it
+    // under the unit in systest), beside the host tests.
+    let vmtest = if args.is_empty() { Some(vmtest::quick_beside()?) } else { None };
     let mut cmd = vec!["test", "--workspace"];
     cmd.extend(args.iter().map(String::as_str));
     // One at a time: tests measure one device's dirty pages and must not
     // disturb each other's numbers.
     cmd.extend(["--", "--test-threads=1"]);
     timed("host tests", &mut || cargo(&cmd))?;
-    if args.is_empty() {
+    if let Some(vmtest) = vmtest {
         // The package: what it holds, lintian, dpkg install and purge.
         timed("deb --check", &mut || deb::main(&["--check".into()]))?;
         // The bench is not a test, but its harness is: set up the throttled
         // device, one short run per mode, tear down.
         timed("bench --smoke", &mut || bench::main(&["--smoke".into(), "--out".into(), "target/bench/smoke".into()]))?;
-        // This kernel refuses fentry: the fentry backend is tested on
-        // Debian's stock kernels under emulation, the oldest here (the
-        // newest runs it under the unit in systest).
-        timed("vmtest --quick", &mut || vmtest::main(&["--quick".into()]))?;
+        // What is left of the guest's run once the host's phases are done.
+        let mut vmtest = Some(vmtest);
+        timed("vmtest --quick", &mut || match vmtest.take().map(|v| v.join()) {
+            Some(Ok(passed)) => passed,
+            Some(Err(_)) => bail!("vmtest's thread panicked"),
+            None => Ok(()),
+        })?;
         // The package as a service under systemd (PID 1, cgroup v2) on
         // Debian's stock 6.1, 6.12 and 7.2 (systest::QUICK_KERNELS; 5.10
         // was booted above).

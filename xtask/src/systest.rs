@@ -112,6 +112,36 @@ impl Only {
     }
 }
 
+/// The copies' sources, made on the host: 200 MiB from the guest's
+/// /dev/urandom took TCG about 20 s a kernel, which the host makes in well
+/// under one.  `src.bin`, 96 MiB, for the service's checks; `big.bin` and
+/// `photos/` for the sticks and NFS, photo-sized files as a camera's folder
+/// holds: quick, 128 MiB and 16 files of 1-8 MiB; full, 512 MiB and 60 files
+/// of 2-12 MiB.  Each file a little more than whole MiB, as photos are.
+fn sources(dir: &Path, quick: bool) -> Result<()> {
+    use std::io::{Read, Write};
+    const MIB: u64 = 1 << 20;
+    let (big_mib, photos, min_mib, max_mib) = if quick { (128, 16, 1, 8) } else { (512, 60, 2, 12) };
+    fs::create_dir_all(dir.join("photos"))?;
+    let mut urandom = fs::File::open("/dev/urandom")?;
+    let mut random = |path: PathBuf, bytes: u64| -> Result<()> {
+        let mut out = std::io::BufWriter::new(fs::File::create(&path)?);
+        std::io::copy(&mut (&mut urandom).take(bytes), &mut out)?;
+        out.flush()?;
+        Ok(())
+    };
+    random(dir.join("src.bin"), 96 * MIB)?;
+    random(dir.join("big.bin"), big_mib * MIB)?;
+    // A fixed sequence of sizes (an LCG's), so that runs compare.
+    let mut x: u64 = 1000;
+    for i in 0..photos {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mib = min_mib + (x >> 33) % (max_mib - min_mib + 1);
+        random(dir.join(format!("photos/IMG_{}.JPG", 1000 + i)), mib * MIB + (x >> 17) % 32768)?;
+    }
+    Ok(())
+}
+
 /// The second disk's contents: the script, its config, the payload.
 fn share(dir: &Path, payload: &Payload, watch: u64, quick: bool, only: Only, default_on_all: bool) -> Result<()> {
     let _ = fs::remove_dir_all(dir);
@@ -120,6 +150,7 @@ fn share(dir: &Path, payload: &Payload, watch: u64, quick: bool, only: Only, def
     fs::write(dir.join("usb.sh"), USB_SCRIPT)?;
     fs::write(dir.join("db.sh"), DB_SCRIPT)?;
     fs::write(dir.join("nfs.sh"), NFS_SCRIPT)?;
+    sources(&dir.join("sources"), quick)?;
     let usb = if quick { "quick" } else { "full" };
     let part = match only {
         Only::All => "",

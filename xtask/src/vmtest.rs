@@ -259,6 +259,16 @@ fn script(p: &Paths, bins: &[(String, PathBuf)], sel: &Selection, version: &str)
     Ok(path)
 }
 
+/// --quick's kernels fetched and unpacked, before the run needs them
+/// (`cargo xtask test` does it while the binaries build).
+pub fn prepare_quick() -> Result<()> {
+    let p = Paths::new()?;
+    for version in QUICK_KERNELS {
+        kernel(&p, version)?;
+    }
+    Ok(())
+}
+
 const USAGE: &str = "usage: cargo xtask vmtest [--quick] [--kernel V[,V...]] [--only TEST[,TEST...]] \
                      [--backend fentry|tracepoint]";
 
@@ -291,26 +301,75 @@ pub fn main(args: &[String]) -> Result<()> {
         true => kernels::LINES.iter().map(|l| l.version).collect(),
         false => versions.iter().map(|v| Ok(kernels::line(v)?.version)).collect::<Result<_>>()?,
     };
+    let bins = build()?;
+    guests(&versions, &sel, &bins, &Console::Echo)
+}
+
+/// What the guests run, built, and the test binaries by name.
+fn build() -> Result<Vec<(String, PathBuf)>> {
     need("qemu-system-x86_64", "qemu-system-x86")?;
     need("busybox", "busybox-static")?;
     need("cpio", "cpio")?;
-    let p = Paths::new()?;
     crate::cargo(&["build", "--workspace", "--bins"])?;
-    let bins = test_binaries()?;
+    test_binaries()
+}
+
+/// Where the guests' console and the run's own lines go.
+enum Console {
+    /// Printed as they come.
+    Echo,
+    /// Kept, and printed once the run ends: it runs beside the host tests.
+    Kept(std::sync::Mutex<Vec<String>>),
+}
+
+impl Console {
+    fn line(&self, line: String) {
+        match self {
+            Console::Echo => println!("{line}"),
+            Console::Kept(lines) => lines.lock().unwrap().push(line),
+        }
+    }
+}
+
+/// --quick beside the host tests: built now, while cargo is free (`cargo
+/// test` holds the build directory's lock until its last test ends), then
+/// booted in a thread, qemu under SCHED_IDLE so that the host tests' own
+/// processes are never kept waiting by it; the guest's disk bypasses the
+/// host's page cache, whose dirty pages those tests measure.  The thread
+/// prints the console once the guest is done.  The host tests use about
+/// half of one of this machine's two cores, leaving the rest to TCG.
+pub fn quick_beside() -> Result<std::thread::JoinHandle<Result<()>>> {
+    let sel = Selection { quick: true, ..Default::default() };
+    let bins = build()?;
+    Ok(std::thread::spawn(move || {
+        let console = Console::Kept(Default::default());
+        let result = guests(QUICK_KERNELS, &sel, &bins, &console);
+        if let Console::Kept(lines) = console {
+            for line in lines.into_inner().unwrap() {
+                println!("{line}");
+            }
+        }
+        result
+    }))
+}
+
+/// Each kernel's guest, one after another.
+fn guests(versions: &[&str], sel: &Selection, bins: &[(String, PathBuf)], console: &Console) -> Result<()> {
+    let p = Paths::new()?;
     let mut outcomes = Vec::new();
-    for version in versions {
+    for &version in versions {
         let (vmlinuz, tree, release) = kernel(&p, version)?;
         let initrd = initramfs(&p, Path::new(&tree), &release)?;
-        let script = script(&p, &bins, &sel, version)?;
+        let script = script(&p, bins, sel, version)?;
         let scratch = p.dir.join("scratch.img");
         let _ = fs::remove_file(&scratch);
         fs::File::create(&scratch)?.set_len(SCRATCH_GIB << 30)?;
 
-        println!("vmtest: booting {release} under qemu (TCG)");
+        console.line(format!("vmtest: booting {release} under qemu (TCG)"));
         let started = Instant::now();
         let timeout = if sel.quick { TIMEOUT_QUICK } else { TIMEOUT_FULL };
-        let (log, _) =
-            guest::boot_retrying("vmtest: ", || boot(&vmlinuz, &initrd, &script, &tree, &p, &scratch, timeout))?;
+        let b = Boot { vmlinuz: &vmlinuz, initrd: &initrd, script: &script, tree: &tree, scratch: &scratch, timeout };
+        let (log, _) = guest::boot_retrying("vmtest: ", || boot(&b, &p, console))?;
         // The last exit line, as when it was read line by line.
         let exit = log
             .iter()
@@ -321,7 +380,7 @@ pub fn main(args: &[String]) -> Result<()> {
         let failed: Vec<String> =
             log.iter().filter_map(|l| l.split_once("vmtest: FAILED ")).map(|(_, t)| t.to_owned()).collect();
         let secs = started.elapsed().as_secs_f64();
-        println!("vmtest: {release}: {secs:.0} s");
+        console.line(format!("vmtest: {release}: {secs:.0} s"));
         let status = match exit {
             Some(0) => "passed".to_owned(),
             Some(rc) => format!("FAILED (exit {rc}): {}", failed.join("; ")),
@@ -329,9 +388,9 @@ pub fn main(args: &[String]) -> Result<()> {
         };
         outcomes.push((release, secs, exit == Some(0), status));
     }
-    println!("\nvmtest: summary");
+    console.line("\nvmtest: summary".into());
     for (release, secs, _, status) in &outcomes {
-        println!("  {release}: {secs:.0} s, {status}");
+        console.line(format!("  {release}: {secs:.0} s, {status}"));
     }
     if outcomes.iter().any(|o| !o.2) {
         bail!("tests failed in a guest");
@@ -339,40 +398,54 @@ pub fn main(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// One boot of the test kernel (qemu exits at the guest's power-off or
-/// panic), echoing the serial console; returns its lines.
-fn boot(
-    vmlinuz: &Path,
-    initrd: &Path,
-    script: &Path,
-    tree: &str,
-    p: &Paths,
-    scratch: &Path,
+/// One guest's boot: its kernel, its initramfs, the script it runs.
+struct Boot<'a> {
+    vmlinuz: &'a Path,
+    initrd: &'a Path,
+    script: &'a Path,
+    /// The kernel's unpacked tree (its modules).
+    tree: &'a str,
+    scratch: &'a Path,
     timeout: Duration,
-) -> Result<Vec<String>> {
-    let mut qemu = Command::new("timeout")
-        .args(["--signal=KILL", &timeout.as_secs().to_string(), "qemu-system-x86_64"])
+}
+
+/// One boot of the test kernel (qemu exits at the guest's power-off or
+/// panic), its serial console to `console`; returns its lines.  The
+/// scratch disk bypasses the host's page cache (O_DIRECT, flushes
+/// ignored): what the guest writes is no dirty page of the host's.
+fn boot(b: &Boot, p: &Paths, console: &Console) -> Result<Vec<String>> {
+    let mut cmd = match console {
+        Console::Echo => Command::new("timeout"),
+        Console::Kept(_) => {
+            let mut c = Command::new("chrt");
+            c.args(["--idle", "0", "timeout"]);
+            c
+        }
+    };
+    let mut qemu = cmd
+        .args(["--signal=KILL", &b.timeout.as_secs().to_string(), "qemu-system-x86_64"])
         .args(["-m", GUEST_MEM, "-smp", "2", "-accel", "tcg,thread=multi", "-cpu", "max"])
         .args(["-nographic", "-no-reboot", "-kernel"])
-        .arg(vmlinuz)
+        .arg(b.vmlinuz)
         .arg("-initrd")
-        .arg(initrd)
+        .arg(b.initrd)
         .arg("-append")
         .arg(format!(
-            "console=ttyS0 quiet panic=-1 wbrun={} wbkernel={tree} wbkeep={}:{}",
-            script.display(),
+            "console=ttyS0 quiet panic=-1 wbrun={} wbkernel={} wbkeep={}:{}",
+            b.script.display(),
+            b.tree,
             std::env::current_dir()?.display(),
             p.dir.parent().expect("target/vmtest").display()
         ))
         .args(["-virtfs", "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap"])
         .arg("-drive")
-        .arg(format!("file={},if=virtio,format=raw,cache=unsafe", scratch.display()))
+        .arg(format!("file={},if=virtio,format=raw,cache.direct=on,cache.no-flush=on", b.scratch.display()))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .context("starting qemu")?;
-    crate::guest::console(&mut qemu, |_, _| {})
+    crate::guest::console(&mut qemu, |line, _| console.line(line.to_owned()))
 }
 
 /// `xtask overhead` (run in the guest by the script): ns per 4 KiB write()
