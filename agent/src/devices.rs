@@ -44,7 +44,7 @@ const NETWORK_DIRTY_SECONDS: f64 = 0.5;
 /// writer's rate decide it: `cp` from the page cache fills a 2.8 GB/s
 /// device's windows at more than four times its speed for a moment, and a
 /// cap at that moment cost xfs's copy 1.18x the default's time to `sync`
-/// done, against 1.04x here.
+/// done, against 0.77-0.96x without it.
 pub const OUTRUN: u64 = 2;
 /// Only a device at least this fast (Estimator::capacity) waits for its
 /// writeback to fall behind; a slower one is capped at a counted writer's
@@ -446,7 +446,7 @@ impl Devices {
             if keeps_up && dev.budget != 0 && dev.capped_slow {
                 // Capped on a first estimate under FAST_DEVICE (the kernel's
                 // for a device it had measured only lightly: xfs's raw device
-                // started near 0.9 GB/s where it writes 2.8) that the agent's
+                // started at 0.25 GB/s where it writes 2.8) that the agent's
                 // own writeback has since shown fast: a fast device's rule
                 // from now on.
                 tracing::info!(bdi, bw, "the device is fast: uncapped until its writeback falls behind");

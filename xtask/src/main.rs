@@ -166,11 +166,7 @@ fn test_phases(args: &[String], phases: &mut Vec<Phase>) -> Result<()> {
             cargo(&["build", "--release", "-p", "writebehindd"])
         })?;
         let mut guests = Some(guests);
-        timed("guest images", &mut || match guests.take().map(|g| g.join()) {
-            Some(Ok(made)) => made,
-            Some(Err(_)) => bail!("preparing the guests panicked"),
-            None => Ok(()),
-        })?;
+        timed("guest images", &mut || joined(&mut guests, "preparing the guests"))?;
     }
     // This kernel refuses fentry: the fentry backend is tested on Debian's
     // stock kernels under emulation, the oldest here (the newest runs it
@@ -190,17 +186,23 @@ fn test_phases(args: &[String], phases: &mut Vec<Phase>) -> Result<()> {
         timed("bench --smoke", &mut || bench::main(&["--smoke".into(), "--out".into(), "target/bench/smoke".into()]))?;
         // What is left of the guest's run once the host's phases are done.
         let mut vmtest = Some(vmtest);
-        timed("vmtest --quick", &mut || match vmtest.take().map(|v| v.join()) {
-            Some(Ok(passed)) => passed,
-            Some(Err(_)) => bail!("vmtest's thread panicked"),
-            None => Ok(()),
-        })?;
+        timed("vmtest --quick", &mut || joined(&mut vmtest, "vmtest"))?;
         // The package as a service under systemd (PID 1, cgroup v2) on
         // Debian's stock 6.1, 6.12 and 7.2 (systest::QUICK_KERNELS; 5.10
         // was booted above).
         timed("systest --quick", &mut || systest::main(&["--quick".into()]))?;
     }
     Ok(())
+}
+
+/// What a phase run in its own thread returned, once it ends (a second
+/// call finds nothing to wait for).
+fn joined(thread: &mut Option<std::thread::JoinHandle<Result<()>>>, what: &str) -> Result<()> {
+    match thread.take().map(|t| t.join()) {
+        Some(Ok(result)) => result,
+        Some(Err(_)) => bail!("{what} panicked"),
+        None => Ok(()),
+    }
 }
 
 fn min_sec(d: Duration) -> String {
