@@ -164,8 +164,13 @@ usb_run() {
     # MiB/s), the bound is the allowance and a second: the allowance, a window
     # and the agent's reaction to the first event read 17-20 MiB on 6.12 and
     # 7.2 and 22 in CI once, against 2 s = 20.
-    local allowance=${burst_mib:-0}
-    ((allowance * MIB > bps && allowance + bps / MIB > bound)) && bound=$((allowance + bps / MIB))
+    # Before 6.2 (the global lever) the stick's cap is the global limit,
+    # which the other devices' dirty pages share at that moment: there a
+    # 10 MiB/s exFAT copy on 6.1 read 27 MiB, its cap set at 18 MiB dirty
+    # at the first window as ever, so the allowance and 1.5 s.
+    local allowance=${burst_mib:-0} after=$((bps / MIB))
+    [ "$lever" = global ] && after=$((3 * bps / MIB / 2))
+    ((allowance * MIB > bps && allowance + after > bound)) && bound=$((allowance + after))
     name="usb-$fs-$tool-$((bps / MIB))MiBps"
     [ -n "$after" ] && echo "systest:   counters: $after"
     measure "$name-$mode" "peak ${peak_mib} MiB (bound $bound MiB; the whole guest ${guest_mib}), copy $(secs "$t0" "$t1") s, sync $(secs "$t1" "$synced") s, umount $(secs "$t2" "$t3") s, closed files flushed $closed, lever $lever"
