@@ -173,8 +173,8 @@ struct Device {
     last_busy: Option<Instant>,
     /// When a writer of small files (SMALL_FILES) last counted.
     last_small_files: Option<Instant>,
-    /// Its estimate has reached FAST_DEVICE once: it is fast, whatever a
-    /// moment's contention makes of the estimate later.
+    /// Its capacity (Estimator::capacity) has reached FAST_DEVICE once: it
+    /// is fast, whatever a moment's contention makes of the estimate later.
     fast: bool,
     /// Capped before it was known to be fast: released once it is.
     capped_slow: bool,
@@ -334,11 +334,6 @@ impl Devices {
         self.devs.get(bdi).map_or(0, |d| d.shared.bandwidth())
     }
 
-    /// What the device has shown it can write (0 for a device never seen).
-    pub fn capacity(&self, bdi: &str) -> u64 {
-        self.devs.get(bdi).map_or(0, |d| d.shared.capacity())
-    }
-
     /// The device's window (the configured one for a device never seen).
     pub fn window(&self, bdi: &str) -> u64 {
         self.devs.get(bdi).map_or_else(|| self.initial_window(), |d| d.shared.window())
@@ -430,7 +425,7 @@ impl Devices {
             // (`tar x` beside a dd: 89 MiB dirty at most and 0.97x the
             // default's time, against 231 MiB and 1.04x).
             let small = dev.last_small_files.is_some_and(|t| t.elapsed() < LINGER);
-            let sized_by = if dev.fast && !small { capacity.max(bw) } else { bw };
+            let sized_by = if dev.fast && !small { capacity } else { bw };
             let budget = bandwidth::dirty_budget(sized_by, dirty_seconds, stream_dirty, window, active);
             let moved = (budget as f64 - dev.budget as f64).abs() > BUDGET_SLACK * dev.budget as f64;
             // One writer's budget, not all of them: ten streams' windows

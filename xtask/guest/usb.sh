@@ -168,9 +168,9 @@ usb_run() {
     # which the other devices' dirty pages share at that moment: there a
     # 10 MiB/s exFAT copy on 6.1 read 27 MiB, its cap set at 18 MiB dirty
     # at the first window as ever, so the allowance and 1.5 s.
-    local allowance=${burst_mib:-0} after=$((bps / MIB))
-    [ "$lever" = global ] && after=$((3 * bps / MIB / 2))
-    ((allowance * MIB > bps && allowance + after > bound)) && bound=$((allowance + after))
+    local allowance=${burst_mib:-0} beyond=$((bps / MIB))
+    [ "$lever" = global ] && beyond=$((3 * bps / MIB / 2))
+    ((allowance * MIB > bps && allowance + beyond > bound)) && bound=$((allowance + beyond))
     name="usb-$fs-$tool-$((bps / MIB))MiBps"
     [ -n "$after" ] && echo "systest:   counters: $after"
     measure "$name-$mode" "peak ${peak_mib} MiB (bound $bound MiB; the whole guest ${guest_mib}), copy $(secs "$t0" "$t1") s, sync $(secs "$t1" "$synced") s, umount $(secs "$t2" "$t3") s, closed files flushed $closed, lever $lever"
