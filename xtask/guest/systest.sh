@@ -127,6 +127,46 @@ workload_fs() {
 paced() {
     if [ "$lever" = bdi ]; then [ "$(cat "$1/strict_limit")" = 1 ]; else [ "$(cat /proc/sys/vm/dirty_bytes)" != 0 ]; fi
 }
+# Dirty + writeback, KiB: of bdi $1 (debugfs), or of the whole guest
+# (/proc/meminfo) for "-".
+dirty_kib() {
+    local k v u n=0
+    if [ "$1" = - ]; then
+        while read -r k v u; do
+            case $k in Dirty: | Writeback:) n=$((n + v)) ;; esac
+        done </proc/meminfo
+    else
+        while read -r k v u; do
+            case $k in BdiReclaimable: | BdiWriteback:) n=$((n + v)) ;; esac
+        done <"/sys/kernel/debug/bdi/$1/stats"
+    fi
+    echo $n
+}
+# peaks FILE A B: samples dirty_kib of A and of B every 0.1 s until
+# killed, and keeps their peaks so far in FILE, "<A's> <B's>" (KiB).
+peaks() {
+    local a b pa=0 pb=0
+    echo "0 0" >"$1"
+    while :; do
+        a=$(dirty_kib "$2") b=$(dirty_kib "$3")
+        if ((a > pa || b > pb)); then
+            ((a > pa)) && pa=$a
+            ((b > pb)) && pb=$b
+            echo "$pa $pb" >"$1"
+        fi
+        sleep 0.1
+    done
+}
+# The daemon's counters line from `wbctl status` ("name=value ...").
+counters() { wbctl status 2>/dev/null | sed -n 's/^counters: //p'; }
+# counter <name> <counters line>: its value, 0 if absent.
+counter() {
+    local v
+    v=$(tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p")
+    echo "${v:-0}"
+}
+# How much counter <name> grew from <before> to <after>.
+grew() { echo $(($(counter "$1" "$3") - $(counter "$1" "$2"))); }
 not_running() {
     echo "systest: the service is not running; the boot's journal:"
     journalctl -b --no-pager -n 200 | sed 's/^/systest:   /'

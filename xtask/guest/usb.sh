@@ -10,9 +10,9 @@
 # written by a desktop user: every copy once with the kernel default
 # (service stopped), then every copy with the daemon (started once: its
 # first copy goes to a stick it has never seen).  Peak dirty+writeback is
-# sampled every 0.1 s (usb_sampler); after the copy command exits, `sync -f`
-# of the stick and then `umount` are timed; the stick is mounted again and
-# compared.
+# sampled every 0.1 s (peaks, in systest.sh); after the copy command exits,
+# `sync -f` of the stick and then `umount` are timed; the stick is mounted
+# again and compared.
 #
 # Scaled for TCG (the copies themselves are the device's speed, the guest's
 # CPU is 5-20x slower than the host's): quick (CI) copies a 128 MiB file and
@@ -58,39 +58,6 @@ usb_mount() {
     mount -t "$fs" -o $opts "$dev" $STICK
 }
 
-# Samples dirty + writeback every 0.1 s: of bdi $1 (debugfs), the stick's
-# own, and of the whole guest (/proc/meminfo), which also holds the root
-# disk's (the journal, the test's files).  Writes "<stick> <guest>" peaks,
-# KiB, to $2 (made "0 0" before).
-usb_sampler() {
-    local k v u bdi meminfo peak=0 guest_peak=0 stats=/sys/kernel/debug/bdi/$1/stats
-    while :; do
-        bdi=0 meminfo=0
-        while read -r k v u; do
-            case $k in BdiReclaimable: | BdiWriteback:) bdi=$((bdi + v)) ;; esac
-        done <"$stats"
-        while read -r k v u; do
-            case $k in Dirty: | Writeback:) meminfo=$((meminfo + v)) ;; esac
-        done </proc/meminfo
-        if ((bdi > peak || meminfo > guest_peak)); then
-            ((bdi > peak)) && peak=$bdi
-            ((meminfo > guest_peak)) && guest_peak=$meminfo
-            echo "$peak $guest_peak" >"$2"
-        fi
-        sleep 0.1
-    done
-}
-# The daemon's counters line from `wbctl status` ("name=value ...").
-counters() { wbctl status 2>/dev/null | sed -n 's/^counters: //p'; }
-# counter <name> <counters line>: its value, 0 if absent.
-counter() {
-    local v
-    v=$(tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p")
-    echo "${v:-0}"
-}
-# How much counter <name> grew from <before> to <after>.
-grew() { echo $(($(counter "$1" "$3") - $(counter "$1" "$2"))); }
-
 # usb_run <fs> <tool> <mode: default|daemon> <disk>: one copy on a fresh
 # filesystem, measured; checks for the daemon's run where the kernel lets
 # it pace (Linux 6.2+: per-bdi max_bytes and strict_limit).
@@ -106,8 +73,9 @@ usb_run() {
     sync
     local before= after= closed=-
     [ "$mode" = daemon ] && before=$(counters)
-    echo "0 0" >$peak_file
-    usb_sampler "$bdi" $peak_file &
+    # The stick's own, and the whole guest's, which also holds the root
+    # disk's (the journal, the test's files).
+    peaks $peak_file "$bdi" - &
     sampler=$!
     local lever_file=/run/usb-lever lever=- poller=
     echo - >$lever_file
