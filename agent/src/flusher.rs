@@ -58,12 +58,14 @@ pub struct StreamFile {
     /// file handles): the close's flush may find the file not yet opened.
     path: OnceLock<RelPath>,
     file: OnceLock<Option<Arc<OwnedFd>>>,
+    /// On a network filesystem: closed on the closer thread (closer.rs).
+    network: bool,
 }
 
 impl StreamFile {
-    pub fn new(pid: u32, fd: i32, pidfd: OwnedFd, closed: ClosedFile) -> Self {
+    pub fn new(pid: u32, fd: i32, pidfd: OwnedFd, closed: ClosedFile, network: bool) -> Self {
         let pidfd = Mutex::new(Some(Arc::new(pidfd)));
-        Self { pid, fd, pidfd, closed, path: OnceLock::new(), file: OnceLock::new() }
+        Self { pid, fd, pidfd, closed, path: OnceLock::new(), file: OnceLock::new(), network }
     }
 
     /// The close reported the file's path: its flushes may go by path.
@@ -110,6 +112,16 @@ impl StreamFile {
                     .map(Arc::new)
             })
             .clone()
+    }
+}
+
+impl Drop for StreamFile {
+    fn drop(&mut self) {
+        if self.network
+            && let Some(Some(file)) = self.file.take()
+        {
+            crate::closer::close_elsewhere(file);
+        }
     }
 }
 
@@ -471,11 +483,15 @@ impl Submitter {
             if self.device.network() && self.stopping.load(Ordering::Relaxed) {
                 break;
             }
+            // Each call that may block is marked, so that a device whose
+            // server or disk stops answering shows as stalled.
+            let waiting = self.device.waiting();
             let file = match &job.target {
                 Target::Held(stream) => stream.open(&self.counters).or_else(|| self.reach(&stream.closed(), true)),
                 Target::Closed(closed) => self.reach(closed, true),
                 Target::Window(file) => self.reach(file, false),
             };
+            drop(waiting);
             let Some(file) = file else { continue };
             let id = || crate::sys::cached_identity(file.as_raw_fd()).map(|(f, _)| (f.dev, f.ino)).unwrap_or_default();
             if !self.failed.is_empty() && self.failed.contains(&id()) {
@@ -484,7 +500,10 @@ impl Submitter {
             let mut at = job.start;
             while at < job.end {
                 let to = job.end.min(at + chunk);
-                if let Err(e) = crate::sys::sync_file_range(file.as_raw_fd(), at, to, libc::SYNC_FILE_RANGE_WRITE) {
+                let waiting = self.device.waiting();
+                let started = crate::sys::sync_file_range(file.as_raw_fd(), at, to, libc::SYNC_FILE_RANGE_WRITE);
+                drop(waiting);
+                if let Err(e) = started {
                     self.counters.error(ErrorKind::SyncFailed);
                     let (dev, ino) = id();
                     if self.failed.len() >= 4096 {
@@ -552,11 +571,13 @@ impl Submitter {
             if self.stopping.load(Ordering::Relaxed) {
                 continue;
             }
+            let waiting = self.device.waiting();
             let polled = if self.device.network() { self.poll_written(&f) } else { None };
             let written = polled.unwrap_or_else(|| {
                 crate::sys::sync_file_range(f.file.as_raw_fd(), f.start, f.end, libc::SYNC_FILE_RANGE_WAIT_BEFORE)
                     .is_ok()
             });
+            drop(waiting);
             if !written {
                 continue;
             }

@@ -3,6 +3,7 @@
 //!
 //! Modules by responsibility: `loader` (load and attach BPF), `intake` (ring
 //! buffer), `streams` (stream table), `flusher` (per-device submitters),
+//! `closer` (network files closed off the intake thread),
 //! `admission` (what may wait for a device's thread),
 //! `devices` (per-device windows and pacing), `backing` (who sets a
 //! device's speed), `bandwidth` (the estimator and
@@ -18,6 +19,7 @@ mod admission;
 pub mod backing;
 pub mod bandwidth;
 pub mod cgroups;
+mod closer;
 pub mod control;
 pub mod counters;
 pub mod devices;
