@@ -18,6 +18,7 @@ const PYTHON: &str = "/usr/bin/python3";
 const SWAP_FD: &str = include_str!("attacks/swap_fd.py");
 const WATCH_OPENS: &str = include_str!("attacks/watch_opens.py");
 const FUSE_HANG: &str = concat!(include_str!("attacks/fuse.py"), include_str!("attacks/fuse_hang.py"));
+const FUSE_SLOW: &str = concat!(include_str!("attacks/fuse.py"), include_str!("attacks/fuse_slow.py"));
 const CHURN_STREAMS: &str = include_str!("attacks/churn_streams.py");
 
 /// A python script run as nobody.
@@ -61,26 +62,33 @@ impl OpenWatch {
     }
 }
 
-/// A FUSE filesystem whose one file, "f", can be looked up but whose open
-/// never returns.  Dropping it kills the server, which fails every request
-/// still waiting, and unmounts.
-struct HangingFuse {
+/// A FUSE server root runs (as it would a system sshfs), mounted at a
+/// directory of its own, its file "f".  Dropping it kills the server, which
+/// fails every request still waiting, and unmounts.
+struct RootFuse {
     server: Child,
     dir: PathBuf,
 }
 
-impl HangingFuse {
-    fn mount() -> Result<Self> {
+impl RootFuse {
+    /// `script` (after fuse.py) with the mount point and `args`.
+    fn spawn(script: &str, args: &[&str]) -> Result<Self> {
         let dir = PathBuf::from(format!("/mnt/wb-fuse-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let server = Command::new(PYTHON)
             .arg("-c")
-            .arg(FUSE_HANG)
+            .arg(script)
             .arg(&dir)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()?;
-        let mut me = Self { server, dir };
+        Ok(Self { server, dir })
+    }
+
+    /// One whose file can be looked up but whose open never returns.
+    fn hanging() -> Result<Self> {
+        let mut me = Self::spawn(FUSE_HANG, &[])?;
         await_line(&mut me.server, "ready")?;
         Ok(me)
     }
@@ -90,7 +98,7 @@ impl HangingFuse {
     }
 }
 
-impl Drop for HangingFuse {
+impl Drop for RootFuse {
     fn drop(&mut self) {
         let _ = self.server.kill();
         let _ = self.server.wait();
@@ -161,7 +169,7 @@ fn a_file_whose_open_hangs_stalls_nothing() -> Result<()> {
     let daemon = Daemon::start_with_policy(POLICY)?;
     // Mounted by root: /dev/fuse is root's here (a distribution lets any
     // user mount one with fusermount3).
-    let fuse = HangingFuse::mount()?;
+    let fuse = RootFuse::hanging()?;
     let mut attack = Background::spawn(nobody_python(SWAP_FD).arg(dir.join("file")).arg("6").arg(fuse.file()))?;
     let t0 = Instant::now();
     let mut answered = 0;
@@ -177,6 +185,43 @@ fn a_file_whose_open_hangs_stalls_nothing() -> Result<()> {
     println!("wbctl answered {answered} times during the attack");
     assert!(log.contains("stream started"), "the writer never streamed:\n{log}");
     drop(fuse);
+    Ok(())
+}
+
+/// A FUSE server root mounted (a device the daemon flushes and paces, as a
+/// system sshfs) stops answering writes 8 MiB into a 64 MiB copy: the
+/// device's thread waits in its writeback for ever.  `wbctl status` keeps
+/// answering and says that device is stalled, and no other.
+#[test]
+fn a_device_that_stops_answering_shows_as_stalled() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::new(512)?, "ext4")?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    // The server's writer: 64 MiB with dd, the server stalling after 8.
+    let fuse = RootFuse::spawn(FUSE_SLOW, &["100", "64", "8"])?;
+    // The disk beside it is written and flushed meanwhile.
+    run(Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "count=16", "status=none"])
+        .arg(format!("of={}", fs.path("beside").display())))?;
+    let mut text = String::new();
+    let shown = wait_until("a stalled device in wbctl status", Duration::from_secs(20), || {
+        text = status_within(&daemon, Duration::from_secs(2))?.with_context(|| "wbctl got no answer within 2 s")?;
+        Ok(text.contains("stalled: writeback has waited"))
+    });
+    drop(fuse);
+    let log = daemon.stop()?;
+    shown.with_context(|| format!("{text}\n{log}"))?;
+    // The line after a device's own names its stall: only the FUSE one's.
+    let lines: Vec<&str> = text.lines().collect();
+    let stalled: Vec<&str> = lines
+        .windows(2)
+        .filter(|w| w[1].contains("stalled:"))
+        .map(|w| w[0].split_whitespace().next().unwrap_or(""))
+        .collect();
+    println!("stalled: {stalled:?}\n{text}");
+    let disk = fs.device.bdi()?;
+    assert!(!stalled.contains(&disk.as_str()), "the disk beside it shows as stalled:\n{text}");
+    assert!(stalled.iter().all(|b| b.starts_with("0:")), "not the FUSE device:\n{text}");
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::{
     collections::{HashMap, HashSet},
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicU64, Ordering::Relaxed},
     },
     time::{Duration, Instant},
 };
@@ -76,12 +76,29 @@ pub struct DeviceShared {
     chunk: AtomicU64,
     /// Spans end at multiples of it (0: anywhere; see compress_grain).
     grain: u64,
-    /// A user sets its speed (backing.rs): its flusher thread counts among
-    /// the few such devices may have (flusher.rs, USER_DEVICE_THREADS).
-    user_made: AtomicBool,
-    /// A network filesystem's: its flusher thread never waits where a
-    /// silent server would hold it uninterruptibly (flusher.rs).
-    network: AtomicBool,
+    /// What backs it: a device whose speed a user sets drives no lever
+    /// unless the root policy says `pace_user_devices`, and its flusher
+    /// thread counts among the few such devices may have (flusher.rs,
+    /// USER_DEVICE_THREADS); a network filesystem's flusher thread never
+    /// waits where a silent server would hold it uninterruptibly.
+    backing: Mutex<Backing>,
+    /// Since when its flusher thread has been in one call that may block
+    /// (an open, starting writeback, waiting for it); None between calls.
+    waiting: Mutex<Option<Instant>>,
+}
+
+/// A device whose flusher thread has been in one call this long is shown
+/// as stalled (`wbctl status`): its server or its disk does not answer.  A
+/// call covers one chunk, tens of milliseconds of the device's bandwidth.
+const STALLED: Duration = Duration::from_secs(5);
+
+/// The flusher thread is in a call that may block, until this is dropped.
+pub struct Waiting(Arc<DeviceShared>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        *self.0.waiting.lock().unwrap() = None;
+    }
 }
 
 impl DeviceShared {
@@ -93,20 +110,37 @@ impl DeviceShared {
             window: AtomicU64::new(1 << 20),
             chunk: AtomicU64::new(1 << 20),
             grain: 0,
-            user_made: AtomicBool::new(false),
-            network: AtomicBool::new(false),
+            backing: Mutex::new(Backing::Disk),
+            waiting: Mutex::new(None),
         }
+    }
+
+    /// Marks its flusher thread as in a call that may block, until the
+    /// guard is dropped.
+    pub fn waiting(self: &Arc<Self>) -> Waiting {
+        *self.waiting.lock().unwrap() = Some(Instant::now());
+        Waiting(self.clone())
+    }
+
+    /// How long its flusher thread has been in one call, once that is
+    /// STALLED or longer.
+    pub fn stalled(&self) -> Option<Duration> {
+        self.waiting.lock().unwrap().map(|t| t.elapsed()).filter(|d| *d >= STALLED)
+    }
+
+    pub fn backing(&self) -> Backing {
+        *self.backing.lock().unwrap()
     }
 
     /// Whether a user sets the device's speed (their FUSE server, a loop
     /// device over their file, a mount in their namespace).
     pub fn user_made(&self) -> bool {
-        self.user_made.load(Relaxed)
+        self.backing().user_made()
     }
 
     /// Whether a network filesystem is behind the device (NFS, SMB).
     pub fn network(&self) -> bool {
-        self.network.load(Relaxed)
+        self.backing() == Backing::Network
     }
 
     /// Whether a span ending at `end` is flushed: on a device with a grain
@@ -142,9 +176,11 @@ impl DeviceShared {
         self.est.lock().unwrap().estimate()
     }
 
-    /// What it has shown it can write, bytes per second (Estimator::capacity).
-    pub fn capacity(&self) -> u64 {
-        self.est.lock().unwrap().capacity()
+    /// The estimate and what it has shown it can write (Estimator::
+    /// capacity), bytes per second, read together.
+    pub fn rates(&self) -> (u64, u64) {
+        let est = self.est.lock().unwrap();
+        (est.estimate(), est.capacity())
     }
 }
 
@@ -160,9 +196,6 @@ struct Device {
     max_request: u64,
     /// The kernel has the bdi's pacing knobs (read once: a bdi keeps them).
     knobs: bool,
-    /// What backs it: a device whose speed a user sets drives no lever
-    /// unless the root policy says `pace_user_devices` (backing.rs).
-    backing: Backing,
     /// A network filesystem's "server:/export" (its mount's source), shown
     /// beside the backing: its bdi's name (0:NN) says nothing of it.
     export: Option<String>,
@@ -256,13 +289,12 @@ impl Devices {
                     window: AtomicU64::new(window),
                     chunk: AtomicU64::new(bandwidth::chunk(initial_bw, in_flight, max_request)),
                     grain,
-                    user_made: AtomicBool::new(false),
-                    network: AtomicBool::new(false),
+                    backing: Mutex::new(Backing::Disk),
+                    waiting: Mutex::new(None),
                 }),
                 sb_devs: HashSet::new(),
                 max_request,
                 knobs: self.pacer.available(&bdi),
-                backing: Backing::Disk,
                 export: None,
                 pushed_bw: 0,
                 pushed_batch: false,
@@ -284,16 +316,14 @@ impl Devices {
             // a loop device may carry several) makes the whole bdi theirs.
             let backing = Backing::of(&bdi, &sb_dev, &mounts);
             if backing.user_made() || dev.sb_devs.len() == 1 {
-                if backing.user_made() && !dev.backing.user_made() {
+                if backing.user_made() && !dev.shared.user_made() {
                     tracing::info!(
                         bdi,
                         backing = %backing.describe(),
                         "a user sets this device's speed: it paces nobody unless the root policy says pace_user_devices"
                     );
                 }
-                dev.backing = backing;
-                dev.shared.user_made.store(backing.user_made(), Relaxed);
-                dev.shared.network.store(backing == Backing::Network, Relaxed);
+                *dev.shared.backing.lock().unwrap() = backing;
                 if backing == Backing::Network {
                     dev.export = mounts.iter().find(|m| m.dev == sb_dev).map(|m| m.source.clone());
                 }
@@ -398,9 +428,8 @@ impl Devices {
         let Some(dev) = self.devs.get_mut(bdi) else {
             return;
         };
-        pacing &= self.policy.pace_user_devices || !dev.backing.user_made();
-        let bw = dev.shared.bandwidth();
-        let capacity = dev.shared.capacity();
+        pacing &= self.policy.pace_user_devices || !dev.shared.user_made();
+        let (bw, capacity) = dev.shared.rates();
         dev.fast |= capacity >= FAST_DEVICE;
         dev.shared.chunk.store(bandwidth::chunk(bw, in_flight, dev.max_request), Relaxed);
         // BPF sizes each writer's window from bw with its own policy; the
@@ -414,7 +443,7 @@ impl Devices {
             let lingering = active.writers == 0 && dev.budget != 0;
             let mut dirty_seconds =
                 self.pacer.dirty_seconds(bdi, sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds));
-            if dev.backing == Backing::Network {
+            if dev.shared.network() {
                 dirty_seconds = dirty_seconds.max(NETWORK_DIRTY_SECONDS);
             }
             // A fast device's cap is from what it has shown it can write
@@ -498,10 +527,11 @@ impl Devices {
                 chunk: d.shared.chunk(),
                 dirty: d.dirty,
                 paced_budget: d.budget,
+                stalled_secs: d.shared.stalled().map_or(0.0, |d| d.as_secs_f64()),
                 lever: self.pacer.lever_of(bdi).into(),
                 backing: match &d.export {
-                    Some(export) => format!("{} {export}", d.backing.describe()),
-                    None => d.backing.describe(),
+                    Some(export) => format!("{} {export}", d.shared.backing().describe()),
+                    None => d.shared.backing().describe(),
                 },
             })
             .collect();
@@ -605,7 +635,18 @@ mod tests {
             *d = *s as std::ffi::c_char;
         }
         devices.note(&ev);
-        devices.devs.get_mut("7:0").unwrap().backing = Backing::Disk;
+        *devices.devs.get_mut("7:0").unwrap().shared.backing.lock().unwrap() = Backing::Disk;
+    }
+
+    #[test]
+    fn a_flusher_thread_in_one_call_for_5_s_shows_its_device_stalled() {
+        let d = Arc::new(DeviceShared::for_tests());
+        let waiting = d.waiting();
+        assert_eq!(d.stalled(), None, "a call just begun");
+        *d.waiting.lock().unwrap() = Instant::now().checked_sub(STALLED + Duration::from_secs(1));
+        assert!(d.stalled().is_some_and(|t| t > STALLED), "in one call for 6 s");
+        drop(waiting);
+        assert_eq!(d.stalled(), None, "the call returned");
     }
 
     #[test]

@@ -54,6 +54,11 @@ pub struct DeviceStatus {
     /// device a user made drives no lever unless the policy says so.
     #[serde(default)]
     pub backing: String,
+    /// How long its flusher thread has been in one call (an open, starting
+    /// writeback, waiting for it), once 5 s or longer: its server or disk
+    /// does not answer; 0 otherwise.
+    #[serde(default)]
+    pub stalled_secs: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -136,6 +141,12 @@ pub fn metrics(s: &Status) -> String {
     family("device_window_bytes", "gauge", "Window of the root policy on the device.", dev(&|d| d.window));
     family("device_dirty_bytes", "gauge", "Dirty and writeback bytes at the last event.", dev(&|d| d.dirty));
     family("device_paced_budget_bytes", "gauge", "bdi dirty cap while pacing, 0 otherwise.", dev(&|d| d.paced_budget));
+    family(
+        "device_stalled_seconds",
+        "gauge",
+        "How long writeback on the device has waited in one call, once 5 s or more; 0 otherwise.",
+        s.devices.iter().map(|d| (format!("{{bdi=\"{}\"}}", d.bdi), d.stalled_secs)).collect(),
+    );
     let global = s.global_limits.as_ref().map_or(0, |g| g.dirty_bytes) as f64;
     family("global_dirty_bytes", "gauge", "vm.dirty_bytes set for pacing, 0 otherwise.", vec![(String::new(), global)]);
     family("streams", "gauge", "Active streaming writers.", vec![(String::new(), s.streams.len() as f64)]);

@@ -219,6 +219,12 @@ fn devices_text(d: &[DeviceStatus]) -> String {
             pacing,
             printable(&d.backing)
         );
+        if d.stalled_secs > 0.0 {
+            out += &format!(
+                "{:<10} stalled: writeback has waited {:.0} s in one call (the server or the disk does not answer)\n",
+                "", d.stalled_secs
+            );
+        }
     }
     if d.is_empty() {
         out += "(no device seen yet)\n";
