@@ -113,30 +113,6 @@ nfs_ops() {
         END { print w + 0, c + 0, ce + 0 }' /proc/self/mountstats
 }
 
-# Dirty + writeback of bdi $1, KiB.
-bdi_kib() {
-    local k v u n=0
-    while read -r k v u; do
-        case $k in BdiReclaimable: | BdiWriteback:) n=$((n + v)) ;; esac
-    done <"/sys/kernel/debug/bdi/$1/stats"
-    echo $n
-}
-# Samples the client's and the server's dirty + writeback every 0.1 s;
-# writes "<client> <server>" peaks, KiB, to $1.
-nfs_sampler() {
-    local c s peak=0 speak=0
-    while :; do
-        c=$(bdi_kib "$client_bdi")
-        s=$(bdi_kib "$server_bdi")
-        if ((c > peak || s > speak)); then
-            ((c > peak)) && peak=$c
-            ((s > speak)) && speak=$s
-            echo "$peak $speak" >"$1"
-        fi
-        sleep 0.1
-    done
-}
-
 # The probes beside the copy, as carol, until $NFS_STOP exists: one line
 # per sample of µs, on stdout.
 probe_stat() {
@@ -268,10 +244,9 @@ nfs_copy() {
     runuser -u carol -- rm -rf $NFS_MNT/dst/copy
     runuser -u carol -- mkdir $NFS_MNT/dst/copy
     sync
-    echo "0 0" >$peak_file
     rm -f $NFS_STOP /run/nfs-stat /run/nfs-fsync /var/tmp/nfs-strace
     ops0=$(nfs_ops)
-    nfs_sampler $peak_file &
+    peaks $peak_file "$client_bdi" "$server_bdi" &
     sampler=$!
     local dst=$NFS_MNT/dst/copy/big.bin
     if [ "$tool" = cp ]; then
@@ -300,7 +275,7 @@ nfs_copy() {
     nfs_watch $! "$name-$mode" $((nfs_mib / 4 > 60 ? nfs_mib / 4 : 60))
     rc=$?
     t1=$(date +%s%N)
-    backlog=$(($(bdi_kib "$server_bdi") / 1024))
+    backlog=$(($(dirty_kib "$server_bdi") / 1024))
     sync
     t2=$(date +%s%N)
     touch $NFS_STOP
@@ -365,15 +340,27 @@ nfs_goals() {
     return 0
 }
 
+# nfs_tasks PID WHEN: each of the daemon's threads, its state and kernel
+# stack, if it is still there.
+nfs_tasks() {
+    kill -0 "$1" 2>/dev/null || return 0
+    echo "systest: the daemon $1, $2:"
+    for t in /proc/"$1"/task/*; do
+        echo "systest:   task $(cat "$t"/comm) state $(awk '/^State/ { print $2 }' "$t"/status) $(tr '\n' ' ' <"$t"/stack 2>/dev/null)"
+    done
+}
+
 # A server that stops answering: `lo` drops every packet for NFS_HANG s
 # while carol copies the big file with the daemon running (the hard mount's
 # writers and flushers wait, as they would for a crashed server or a pulled
 # cable; the server keeps its state).  During it: `wbctl status` answers
-# within 2 s, a copy to the workload's disk completes, the daemon stopped
-# exits within its TimeoutStopSec and the knobs are back.  After it the copy
+# within 2 s and soon names the mount as stalled, a copy to the workload's
+# disk completes, the daemon stopped exits within 10 s (its own 5 s for
+# the flusher threads, and half its unit's TimeoutStopSec) and the knobs
+# are back.  After it the copy
 # completes and its data are compared.
 nfs_hang() {
-    local knobs_before stop_s=20 t0 t1 writer rc hang_t restored
+    local knobs_before stop_s=10 t0 t1 writer rc hang_t restored
     systemctl start writebehindd
     knobs_before=$(knobs)
     runuser -u carol -- rm -rf $NFS_MNT/dst/hang
@@ -401,6 +388,12 @@ nfs_hang() {
     measure nfs-hang-other-device "128 MiB + fsync to the workload disk: exit $rc in $(secs "$t0" "$t1") s"
     check nfs-hang-other-device-copy [ $rc = 0 ]
     rm -f /mnt/wb/beside-hang
+    # Its flusher thread has waited 5 s in one call by now: the status
+    # says which mount is stalled.
+    stalled_shown() { wbctl status | grep -A1 -F "127.0.0.1:$NFS_EXPORT" | grep -q "stalled: writeback has waited"; }
+    wait_for 20 stalled_shown
+    check nfs-hang-status-shows-the-mount-stalled stalled_shown
+    wbctl status | grep -A1 -F "127.0.0.1:$NFS_EXPORT" | sed 's/^/systest:   /'
     # The daemon's threads, as they are before it is stopped.
     for t in /proc/"$pid"/task/*; do
         echo "systest:   task $(cat "$t"/comm) $(cat "$t"/wchan 2>/dev/null) $(tr '\n' ' ' <"$t"/stack 2>/dev/null | cut -c1-200)"
@@ -412,18 +405,15 @@ nfs_hang() {
     local stopper=$! waited
     for ((waited = 0; waited < (stop_s + 10) * 5; waited++)); do
         kill -0 $stopper 2>/dev/null || break
+        # Past its own 5 s for the flushers: what each thread waits in.
+        ((waited == 40)) && nfs_tasks "$pid" "8 s after the stop"
         sleep 0.2
     done
     t1=$(date +%s%N)
     measure nfs-hang-daemon-stop "$(kill -0 $stopper 2>/dev/null && echo "systemctl stop still waiting after" || echo "stopped in") $(secs "$t0" "$t1") s, result $(prop Result), $(prop ActiveState)"
     stopped_in_time() { [ $((t1 - t0)) -le $((stop_s * 1000000000)) ] && [ "$(prop ActiveState)" = inactive ] && ! kill -0 "$pid" 2>/dev/null; }
     check nfs-hang-daemon-stopped-within-${stop_s}s stopped_in_time
-    if kill -0 "$pid" 2>/dev/null; then
-        echo "systest: the daemon $pid is still there after its stop:"
-        for t in /proc/"$pid"/task/*; do
-            echo "systest:   task $(cat "$t"/comm) state $(awk '/^State/ { print $2 }' "$t"/status) $(tr '\n' ' ' <"$t"/stack 2>/dev/null)"
-        done
-    fi
+    kill -0 "$pid" 2>/dev/null && nfs_tasks "$pid" "after its stop"
     knobs_are nfs-hang-knobs-back "$knobs_before"
     local rest=$((NFS_HANG - ($(date +%s) - hang_t)))
     ((rest > 0)) && sleep $rest
@@ -463,16 +453,33 @@ nfs_hang() {
     runuser -u carol -- rm -rf $NFS_MNT/dst/hang
 }
 
+# A mount that appears while the daemon runs (mounted after its start):
+# its writer is seen and the status names it, without a restart.
+nfs_appeared() {
+    local before after
+    before=$(counters)
+    runuser -u carol -- dd if=$NFS_SRC/big.bin of=$NFS_MNT/dst/appeared bs=1M count=32 status=none
+    sleep 1
+    after=$(counters)
+    measure nfs-mount-appeared "spans flushed $(grew spans_flushed "$before" "$after") for 32 MiB written to a mount made while the daemon ran"
+    check nfs-mount-appeared-is-flushed [ "$(grew spans_flushed "$before" "$after")" -gt 0 ]
+    in_status() { wbctl status | grep -F "127.0.0.1:$NFS_EXPORT" | grep -q network; }
+    check nfs-mount-appeared-in-status in_status
+    runuser -u carol -- rm -f $NFS_MNT/dst/appeared
+}
+
 nfs_run() {
     local tool
     nfs_sources
     nfs_server
     nfs_link wifi
+    systemctl start writebehindd
     if ! nfs_mount 4.2; then
         fail "nfs-mount-4.2" "$(journalctl -b -u nfs-server -o cat --no-pager | tail -5 | tr '\n' ' ')"
         return
     fi
     pass nfs-mount-4.2 "$client_bdi on $(stat -fc %T $NFS_MNT)"
+    nfs_appeared
     nfs_copy cp default
     nfs_copy cp daemon
     [ "$NFS" = quick ] && return
