@@ -57,10 +57,18 @@ struct Decision {
     end: u64,
 }
 
+/// The decisions of one run, and how many closes it shed (BPF's under a
+/// flood, the agent's reached late: intake.rs, SHED_AGE), which it made no
+/// decision on.
+struct Decisions {
+    made: BTreeSet<Decision>,
+    closes_shed: u64,
+}
+
 /// Writes through every covered path: write (dd), pwrite and writev
 /// (python), a multi-file writer (tar x), cp -r; then the decisions the
 /// daemon logged for the files it made, by path.
-fn decisions(fs: &Mounted, src: &std::path::Path, backend: &str, object: &str) -> Result<BTreeSet<Decision>> {
+fn decisions(fs: &Mounted, src: &std::path::Path, backend: &str, object: &str) -> Result<Decisions> {
     let dir = fs.path(&format!("{backend}-{object}"));
     std::fs::create_dir_all(&dir)?;
     let daemon = Daemon::start_traced(POLICY, &["--backend", backend], &[("WB_BPF_OBJECT", object)])?;
@@ -97,7 +105,8 @@ os.close(fd)'"
             end: num("end")?,
         });
     }
-    Ok(out)
+    let closes_shed = stopped_counter(&log, "closes_shed") + stopped_counter(&log, "closes_shed_late");
+    Ok(Decisions { made: out, closes_shed })
 }
 
 #[test]
@@ -135,14 +144,37 @@ fn workload() -> Result<(Scratch, Mounted)> {
     Ok((shm, Mounted::new(LoopDevice::new(1024)?, "ext4")?))
 }
 
-fn same_decisions(a: (&str, &BTreeSet<Decision>), b: (&str, &BTreeSet<Decision>)) {
+/// The same decisions, but for closes one run shed and the other did not:
+/// a close is shed when the agent reaches it late, which is the machine's
+/// load, not the object's logic (5.10 under emulation at idle priority,
+/// beside the host tests, shed 8 of tar's closes in one run).
+fn same_decisions(a: (&str, &Decisions), b: (&str, &Decisions)) {
     let spans = |s: &BTreeSet<Decision>| s.iter().filter(|d| d.kind == "Span").count();
-    println!("{}: {} decisions ({} spans), {}: {} ({} spans)", a.0, a.1.len(), spans(a.1), b.0, b.1.len(), spans(b.1));
+    let (am, bm) = (&a.1.made, &b.1.made);
+    println!(
+        "{}: {} decisions ({} spans, {} closes shed), {}: {} ({} spans, {} closes shed)",
+        a.0,
+        am.len(),
+        spans(am),
+        a.1.closes_shed,
+        b.0,
+        bm.len(),
+        spans(bm),
+        b.1.closes_shed
+    );
     // The workload streams: 40 + 30 + 30 MiB in 8 MiB windows at least.
-    assert!(spans(a.1) >= 10, "too few decisions to compare: {:#?}", a.1);
-    let only_a: Vec<_> = a.1.difference(b.1).collect();
-    let only_b: Vec<_> = b.1.difference(a.1).collect();
-    assert!(only_a.is_empty() && only_b.is_empty(), "only {}: {only_a:#?}\nonly {}: {only_b:#?}", a.0, b.0);
+    assert!(spans(am) >= 10, "too few decisions to compare: {am:#?}");
+    let only_a: Vec<_> = am.difference(bm).collect();
+    let only_b: Vec<_> = bm.difference(am).collect();
+    let shed = |only: &[&Decision], other: &Decisions| {
+        only.iter().all(|d| d.kind == "Close") && only.len() as u64 <= other.closes_shed
+    };
+    assert!(
+        (only_a.is_empty() || shed(&only_a, b.1)) && (only_b.is_empty() || shed(&only_b, a.1)),
+        "only {}: {only_a:#?}\nonly {}: {only_b:#?}",
+        a.0,
+        b.0
+    );
 }
 
 /// How many times `perf stat` saw each syscall tracepoint while `dd` wrote

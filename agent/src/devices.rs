@@ -89,7 +89,8 @@ pub struct DeviceShared {
 
 /// A device whose flusher thread has been in one call this long is shown
 /// as stalled (`wbctl status`): its server or its disk does not answer.  A
-/// call covers one chunk, tens of milliseconds of the device's bandwidth.
+/// call covers one chunk (`in_flight_seconds` of the device's bandwidth, at
+/// least 1 MiB: 0.1 s of a 10 MiB/s stick), or opens one file.
 const STALLED: Duration = Duration::from_secs(5);
 
 /// The flusher thread is in a call that may block, until this is dropped.
@@ -141,6 +142,12 @@ impl DeviceShared {
     /// Whether a network filesystem is behind the device (NFS, SMB).
     pub fn network(&self) -> bool {
         self.backing() == Backing::Network
+    }
+
+    /// Whether closing a file of the device may wait for a server
+    /// (Backing::close_waits).
+    pub fn close_waits(&self) -> bool {
+        self.backing().close_waits()
     }
 
     /// Whether a span ending at `end` is flushed: on a device with a grain

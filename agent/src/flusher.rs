@@ -58,14 +58,15 @@ pub struct StreamFile {
     /// file handles): the close's flush may find the file not yet opened.
     path: OnceLock<RelPath>,
     file: OnceLock<Option<Arc<OwnedFd>>>,
-    /// On a network filesystem: closed on the closer thread (closer.rs).
-    network: bool,
+    /// Its close may wait for a server (Backing::close_waits): closed on a
+    /// closer thread (closer.rs).
+    close_waits: bool,
 }
 
 impl StreamFile {
-    pub fn new(pid: u32, fd: i32, pidfd: OwnedFd, closed: ClosedFile, network: bool) -> Self {
+    pub fn new(pid: u32, fd: i32, pidfd: OwnedFd, closed: ClosedFile, close_waits: bool) -> Self {
         let pidfd = Mutex::new(Some(Arc::new(pidfd)));
-        Self { pid, fd, pidfd, closed, path: OnceLock::new(), file: OnceLock::new(), network }
+        Self { pid, fd, pidfd, closed, path: OnceLock::new(), file: OnceLock::new(), close_waits }
     }
 
     /// The close reported the file's path: its flushes may go by path.
@@ -117,10 +118,10 @@ impl StreamFile {
 
 impl Drop for StreamFile {
     fn drop(&mut self) {
-        if self.network
+        if self.close_waits
             && let Some(Some(file)) = self.file.take()
         {
-            crate::closer::close_elsewhere(file);
+            crate::closer::close_elsewhere(self.closed.st_dev, file);
         }
     }
 }

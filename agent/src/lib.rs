@@ -3,7 +3,8 @@
 //!
 //! Modules by responsibility: `loader` (load and attach BPF), `intake` (ring
 //! buffer), `streams` (stream table), `flusher` (per-device submitters),
-//! `closer` (network files closed off the intake thread),
+//! `closer` (files whose close waits for a server, closed off the intake
+//! thread),
 //! `admission` (what may wait for a device's thread),
 //! `devices` (per-device windows and pacing), `backing` (who sets a
 //! device's speed), `bandwidth` (the estimator and

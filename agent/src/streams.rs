@@ -307,7 +307,7 @@ impl StreamTable {
         let now = Instant::now();
         let stream = Stream {
             id: self.new_stream_id(),
-            file: Arc::new(StreamFile::new(key.tgid, ev.fd, pidfd, closed_file(key, ev, None), dev.network())),
+            file: Arc::new(StreamFile::new(key.tgid, ev.fd, pidfd, closed_file(key, ev, None), dev.close_waits())),
             fd: ev.fd,
             user,
             comm: ev.comm(),

@@ -55,8 +55,11 @@ def reply(dev, unique, payload=b"", error=0):
 
 
 def requests(dev):
-    """Each request: (opcode, unique, node id, the body after the header)."""
+    """Each request: (opcode, unique, node id, the body after the header);
+    the requesting thread's pid in REQUEST_PID."""
+    global REQUEST_PID
     while True:
         req = os.read(dev, 1 << 21)
         _len, op, unique, node = struct.unpack_from("IIQQ", req)
+        REQUEST_PID = struct.unpack_from("I", req, 32)[0]
         yield op, unique, node, req[40:]

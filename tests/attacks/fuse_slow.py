@@ -1,7 +1,8 @@
 # A user's own FUSE filesystem whose server takes writes at a rate it
 # chooses, with the kernel's writeback cache (so the page cache holds its
 # dirty pages, as for a disk).  Run as an unprivileged user inside
-# `unshare -Urm`: a mount no root made, in a namespace of the user's.
+# `unshare -Urm` (a mount no root made, in a namespace of the user's), or
+# as root in the daemon's namespace (hardening.rs, RootFuse).
 # Mounts at MOUNTPOINT, then runs `dd` of MIB MiB into MOUNTPOINT/f (in the
 # same namespace), serving until dd ends; prints "done" and exits.  With
 # STALL_AFTER, the server stops answering writes once it took that many MiB
