@@ -127,8 +127,8 @@ pub fn metrics(s: &Status) -> String {
             out += &format!("writebehindd_{name}{suffix}{labels} {v}\n");
         }
     };
-    let dev = |f: &dyn Fn(&DeviceStatus) -> u64| -> Vec<(String, f64)> {
-        s.devices.iter().map(|d| (format!("{{bdi=\"{}\"}}", d.bdi), f(d) as f64)).collect()
+    let dev = |f: &dyn Fn(&DeviceStatus) -> f64| -> Vec<(String, f64)> {
+        s.devices.iter().map(|d| (format!("{{bdi=\"{}\"}}", d.bdi), f(d))).collect()
     };
     family("uptime_seconds", "gauge", "Seconds since the daemon started.", vec![(String::new(), s.uptime_s)]);
     family(
@@ -137,15 +137,25 @@ pub fn metrics(s: &Status) -> String {
         "1 while the host runs on battery.",
         vec![(String::new(), s.on_battery as u8 as f64)],
     );
-    family("device_bandwidth_bytes", "gauge", "Estimated write bandwidth, bytes per second.", dev(&|d| d.bandwidth));
-    family("device_window_bytes", "gauge", "Window of the root policy on the device.", dev(&|d| d.window));
-    family("device_dirty_bytes", "gauge", "Dirty and writeback bytes at the last event.", dev(&|d| d.dirty));
-    family("device_paced_budget_bytes", "gauge", "bdi dirty cap while pacing, 0 otherwise.", dev(&|d| d.paced_budget));
+    family(
+        "device_bandwidth_bytes",
+        "gauge",
+        "Estimated write bandwidth, bytes per second.",
+        dev(&|d| d.bandwidth as f64),
+    );
+    family("device_window_bytes", "gauge", "Window of the root policy on the device.", dev(&|d| d.window as f64));
+    family("device_dirty_bytes", "gauge", "Dirty and writeback bytes at the last event.", dev(&|d| d.dirty as f64));
+    family(
+        "device_paced_budget_bytes",
+        "gauge",
+        "bdi dirty cap while pacing, 0 otherwise.",
+        dev(&|d| d.paced_budget as f64),
+    );
     family(
         "device_stalled_seconds",
         "gauge",
         "How long writeback on the device has waited in one call, once 5 s or more; 0 otherwise.",
-        s.devices.iter().map(|d| (format!("{{bdi=\"{}\"}}", d.bdi), d.stalled_secs)).collect(),
+        dev(&|d| d.stalled_secs),
     );
     let global = s.global_limits.as_ref().map_or(0, |g| g.dirty_bytes) as f64;
     family("global_dirty_bytes", "gauge", "vm.dirty_bytes set for pacing, 0 otherwise.", vec![(String::new(), global)]);

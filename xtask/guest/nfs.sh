@@ -351,14 +351,15 @@ has_cachestat() {
     ((maj > 6 || (maj == 6 && min >= 5)))
 }
 
-# nfs_tasks PID WHEN: each of the daemon's threads, its state and kernel
-# stack, if it is still there.
+# nfs_tasks PID WHEN: each of the daemon's threads that is not idle (in
+# epoll, a futex or a sleep), its state and kernel stack, if it is still
+# there.
 nfs_tasks() {
     kill -0 "$1" 2>/dev/null || return 0
     echo "systest: the daemon $1, $2:"
     for t in /proc/"$1"/task/*; do
         echo "systest:   task $(cat "$t"/comm) state $(awk '/^State/ { print $2 }' "$t"/status) $(tr '\n' ' ' <"$t"/stack 2>/dev/null)"
-    done
+    done | grep -v -e ' do_epoll_wait' -e ' futex_wait' -e ' hrtimer_nanosleep' || true
 }
 
 # A server that stops answering: `lo` drops every packet for NFS_HANG s
@@ -405,10 +406,7 @@ nfs_hang() {
     wait_for 20 stalled_shown
     check nfs-hang-status-shows-the-mount-stalled stalled_shown
     wbctl status | grep -A1 -F "127.0.0.1:$NFS_EXPORT" | sed 's/^/systest:   /'
-    # The daemon's threads, as they are before it is stopped.
-    for t in /proc/"$pid"/task/*; do
-        echo "systest:   task $(cat "$t"/comm) $(cat "$t"/wchan 2>/dev/null) $(tr '\n' ' ' <"$t"/stack 2>/dev/null | cut -c1-200)"
-    done | grep -v -e ' do_epoll_wait' -e ' futex_wait' -e ' hrtimer_nanosleep' | head -20
+    nfs_tasks "$pid" "before its stop"
     # The stop in the background, looked at stop_s + 10 s later: the server
     # stays silent for NFS_HANG s whatever the daemon does.
     t0=$(date +%s%N)
