@@ -268,3 +268,44 @@ impl LimitWatch {
         self.handle.join().expect("limit watch")
     }
 }
+
+/// A device that stops answering (a FUSE server here, an NFS server in the
+/// guests) keeps its dirty pages, and those count against the global limit
+/// like any others.  Another device's write and fsync must not wait for it.
+#[test]
+fn a_stalled_device_does_not_hold_back_the_others() -> Result<()> {
+    require_root();
+    let disk = Mounted::new(LoopDevice::new(2048)?, "ext4")?;
+    let before = VmLimits::now()?;
+    let daemon = Daemon::start_with_args(GLOBAL)?;
+    let write_fsync = |name: &str| -> Result<Duration> {
+        let t = Instant::now();
+        sh(&format!("dd if=/dev/zero of={} bs=1M count=512 conv=fsync status=none", disk.path(name).display()))?;
+        Ok(t.elapsed())
+    };
+    let alone = write_fsync("alone")?;
+    // Its writer: 512 MiB at 30 MiB/s, not a write answered after 32.
+    let fuse = RootFuse::spawn(FUSE_SLOW, &["30", "512", "32"])?;
+    let mut text = String::new();
+    let shown = wait_until("the FUSE device stalled in wbctl status", Duration::from_secs(30), || {
+        let out = daemon.wbctl().arg("status").output()?;
+        text = String::from_utf8_lossy(&out.stdout).into_owned();
+        Ok(text.contains("stalled: writeback has waited"))
+    });
+    let during = shown.as_ref().ok().map(|_| write_fsync("during"));
+    drop(fuse);
+    let log = daemon.stop()?;
+    shown.with_context(|| format!("{text}\n{log}"))?;
+    let during = during.expect("measured once shown")?;
+    println!(
+        "  512 MiB + fsync to an uncapped disk: {:.2} s alone, {:.2} s while a FUSE device stalled\n{text}",
+        alone.as_secs_f64(),
+        during.as_secs_f64()
+    );
+    assert_eq!(VmLimits::now()?, before, "a clean stop restores the global limits:\n{log}");
+    assert!(
+        during < alone * 3 / 2 + Duration::from_secs(1),
+        "the other disk took {during:?} ({alone:?} alone) while the FUSE device stalled:\n{log}"
+    );
+    Ok(())
+}

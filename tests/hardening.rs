@@ -4,7 +4,7 @@
 
 use std::{
     io::{BufRead, BufReader, Read},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -14,12 +14,8 @@ use wb_tests::*;
 
 /// Every write of 1 MiB crosses a window; every writer streams at once.
 const POLICY: &str = "window = \"1MiB\"\nburst = \"1MiB\"\n";
-const PYTHON: &str = "/usr/bin/python3";
 const SWAP_FD: &str = include_str!("attacks/swap_fd.py");
 const WATCH_OPENS: &str = include_str!("attacks/watch_opens.py");
-const FUSE_HANG: &str = concat!(include_str!("attacks/fuse.py"), include_str!("attacks/fuse_hang.py"));
-const FUSE_SLOW: &str = concat!(include_str!("attacks/fuse.py"), include_str!("attacks/fuse_slow.py"));
-const FUSE_NOFLUSH: &str = concat!(include_str!("attacks/fuse.py"), include_str!("attacks/fuse_noflush.py"));
 const CHURN_STREAMS: &str = include_str!("attacks/churn_streams.py");
 
 /// A python script run as nobody.
@@ -27,15 +23,6 @@ fn nobody_python(script: &str) -> Command {
     let mut c = as_nobody(PYTHON);
     c.arg("-c").arg(script);
     c
-}
-
-/// Waits for a child's first line of output to be `want`.
-fn await_line(child: &mut Child, want: &str) -> Result<()> {
-    let out = child.stdout.as_mut().context("stdout not piped")?;
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line)?;
-    anyhow::ensure!(line.trim() == want, "expected {want:?}, got {line:?}");
-    Ok(())
 }
 
 /// Counts real opens (inotify IN_OPEN) of some paths while it lives.
@@ -60,51 +47,6 @@ impl OpenWatch {
         self.0.stdout.take().context("stdout")?.read_to_string(&mut out)?;
         self.0.wait()?;
         Ok(out.trim().parse()?)
-    }
-}
-
-/// A FUSE server root runs (as it would a system sshfs), mounted at a
-/// directory of its own, its file "f".  Dropping it kills the server, which
-/// fails every request still waiting, and unmounts.
-struct RootFuse {
-    server: Child,
-    dir: PathBuf,
-}
-
-impl RootFuse {
-    /// `script` (after fuse.py) with the mount point and `args`.
-    fn spawn(script: &str, args: &[&str]) -> Result<Self> {
-        let dir = PathBuf::from(format!("/mnt/wb-fuse-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let server = Command::new(PYTHON)
-            .arg("-c")
-            .arg(script)
-            .arg(&dir)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        Ok(Self { server, dir })
-    }
-
-    /// One whose file can be looked up but whose open never returns.
-    fn hanging() -> Result<Self> {
-        let mut me = Self::spawn(FUSE_HANG, &[])?;
-        await_line(&mut me.server, "ready")?;
-        Ok(me)
-    }
-
-    fn file(&self) -> PathBuf {
-        self.dir.join("f")
-    }
-}
-
-impl Drop for RootFuse {
-    fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 

@@ -17,7 +17,6 @@ use wb_tests::{daemon, *};
 
 /// Every write of 1 MiB crosses a window; every writer streams at once.
 const POLICY: &str = "window = \"1MiB\"\nburst = \"1MiB\"\n";
-const FUSE_SLOW: &str = concat!(include_str!("attacks/fuse.py"), include_str!("attacks/fuse_slow.py"));
 
 /// /dev/fuse open to every user, as Debian's desktops have it (0666; this
 /// host's is 0600), until dropped.
@@ -46,7 +45,7 @@ fn nobodys_fuse_copy(daemon: &Daemon, mib: u64) -> Result<(bool, u64)> {
     std::os::unix::fs::chown(&dir.0, Some(65534), Some(65534))?;
     let mut server = Background::spawn(
         as_nobody("unshare")
-            .args(["-Urm", "/usr/bin/python3", "-c", FUSE_SLOW])
+            .args(["-Urm", PYTHON, "-c", FUSE_SLOW])
             .arg(&dir.0)
             .args(["20", &mib.to_string()])
             .stdout(Stdio::piped()),
@@ -235,7 +234,7 @@ fn stalled_user_devices_leave_threads_for_disks() -> Result<()> {
         std::os::unix::fs::chown(&dir.0, Some(65534), Some(65534))?;
         let server = Background::spawn(
             as_nobody("unshare")
-                .args(["-Urm", "/usr/bin/python3", "-c", FUSE_SLOW])
+                .args(["-Urm", PYTHON, "-c", FUSE_SLOW])
                 .arg(&dir.0)
                 .args(["100", "16", "4"])
                 .stdout(Stdio::null()),

@@ -222,6 +222,9 @@ struct Device {
     dirty: u64,
     /// The dirty cap the agent set, 0 when not pacing.
     budget: u64,
+    /// Stalled while paced: its budget given up (`Pacer::stall`) until
+    /// it answers again.
+    gave_up: bool,
     /// When an event last named it.
     last_event: Instant,
 }
@@ -311,6 +314,7 @@ impl Devices {
                 capped_slow: false,
                 dirty: 0,
                 budget: 0,
+                gave_up: false,
                 last_event: Instant::now(),
             }
         });
@@ -444,7 +448,13 @@ impl Devices {
         let window = sizing.map_or(fixed, |z| z.window(bw, dev.max_request));
         dev.shared.window.store(window, Relaxed);
         let busy = active.writers > 0 || dev.last_busy.is_some_and(|t| t.elapsed() < LINGER);
-        if pacing && busy {
+        if pacing && dev.budget != 0 && dev.shared.stalled().is_some() {
+            // Its writers wait for it whatever the cap; what it holds is
+            // counted for the others' sake (at least the budget: `dirty` is
+            // from its last event, and a stalled device sends few).
+            self.pacer.stall(bdi, dev.dirty.max(dev.budget));
+            dev.gave_up = true;
+        } else if pacing && busy {
             // Between two writers (LINGER) the budget stays as it was:
             // nobody needs a new one (and a stick pulled mid-copy is gone).
             let lingering = active.writers == 0 && dev.budget != 0;
@@ -485,7 +495,7 @@ impl Devices {
                 (dev.budget, dev.capped_slow) = (0, false);
             } else if keeps_up && dev.budget == 0 {
                 // Not paced (yet): the next event or tick looks again.
-            } else if dev.budget == 0 || (moved && !lingering) {
+            } else if dev.budget == 0 || dev.gave_up || (moved && !lingering) {
                 if dev.budget == 0 {
                     let why = match () {
                         _ if !dev.fast => "under 1 GiB/s: capped at a writer's first window",
@@ -495,6 +505,7 @@ impl Devices {
                     tracing::info!(bdi, bw, dirty = dev.dirty, budget, why, "capping the device");
                     dev.capped_slow = !dev.fast;
                 }
+                dev.gave_up = false;
                 dev.budget = match self.pacer.pace(bdi, budget) {
                     Ok(true) => budget,
                     Ok(false) => 0,
@@ -506,7 +517,7 @@ impl Devices {
             }
         } else if dev.budget != 0 || self.pacer.is_paced(bdi) {
             self.pacer.release(bdi);
-            dev.budget = 0;
+            (dev.budget, dev.gave_up) = (0, false);
         }
         // Paced, or never to be: no close needs the agent at once.
         let batch = dev.budget != 0 || !pacing || !dev.knobs || self.pacer.stepped_aside(bdi);

@@ -267,6 +267,13 @@ impl Pacer {
         saved
     }
 
+    /// `bdi` stopped answering with `held` bytes dirty or under writeback.
+    /// Under the global lever it gives up its budget (`Global::stall`); its
+    /// own knobs hold its pages to itself, and stay as they are.
+    pub fn stall(&mut self, bdi: &str, held: u64) {
+        self.global.stall(bdi, held);
+    }
+
     /// Puts the administrator's values back on `bdi`.
     pub fn release(&mut self, bdi: &str) {
         self.global.release(bdi);
