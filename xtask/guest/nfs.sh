@@ -89,8 +89,16 @@ nfs_link() {
 # nfs_mount <version>: mounts the export at $NFS_MNT; sets client_bdi.
 nfs_mount() {
     mount -t nfs -o vers="$1",hard,proto=tcp 127.0.0.1:$NFS_EXPORT $NFS_MNT || return 1
-    nfs_vers=$1
-    client_bdi=$(mountpoint -d $NFS_MNT)
+    share_mounted nfs "$1"
+}
+
+# share_mounted <nfs|smb> <version> [bdi]: the share at $NFS_MNT is that;
+# sets client_bdi (NFS names its bdi by the mount's device number, others
+# as super_setup_bdi does: cifs-1), and measures the link and the probes on
+# the idle mount.
+share_mounted() {
+    share_kind=$1 nfs_vers=$2
+    client_bdi=${3:-$(mountpoint -d $NFS_MNT)}
     # What the link carries, measured once per mount: 64 MiB of O_DIRECT
     # writes, 16 MiB each (16 WRITEs in flight), as carol.
     local t0 t1
@@ -98,7 +106,7 @@ nfs_mount() {
     runuser -u carol -- dd if=/dev/zero of=$NFS_MNT/dst/probe bs=16M count=4 oflag=direct status=none
     t1=$(date +%s%N)
     runuser -u carol -- rm -f $NFS_MNT/dst/probe
-    measure "nfs-$nfs_vers-$link_name-link" "$((64 * 1000000000 / (t1 - t0))) MiB/s of O_DIRECT writes (netem ${link_mibps} MiB/s, delay ${link_delay} ms each way; client bdi $client_bdi, server $server_bdi, $(grep -o "vers=[0-9.]*,rsize=[0-9]*,wsize=[0-9]*" /proc/mounts | head -1))"
+    measure "$share_kind-$nfs_vers-$link_name-link" "$((64 * 1000000000 / (t1 - t0))) MiB/s of O_DIRECT writes (netem ${link_mibps} MiB/s, delay ${link_delay} ms each way; client bdi $client_bdi, server $server_bdi, $(grep -F " $NFS_MNT " /proc/mounts | grep -o "vers=[0-9.]*\|[rw]size=[0-9]*\|cache=[a-z]*" | tr '\n' ' '))"
     nfs_idle
 }
 
@@ -176,7 +184,7 @@ nfs_idle() {
     sleep 3
     touch $NFS_STOP
     wait $!
-    measure "nfs-$nfs_vers-$link_name-idle" "p50/p99/max ms (n): stat $(pcts 1 /run/nfs-stat), ls -l $(pcts 2 /run/nfs-stat), 4 KiB write + fsync $(pcts 1 /run/nfs-fsync)"
+    measure "$share_kind-$nfs_vers-$link_name-idle" "p50/p99/max ms (n): stat $(pcts 1 /run/nfs-stat), ls -l $(pcts 2 /run/nfs-stat), 4 KiB write + fsync $(pcts 1 /run/nfs-fsync)"
     runuser -u carol -- rm -f $f $NFS_MNT/dst/save.txt
 }
 
@@ -232,7 +240,7 @@ declare -A nfs_total
 # writes), which the server turns into an fsync.
 NFS_CHUNKS=/etc/writebehindd/policies.d/50-nfs-chunks.toml
 nfs_copy() {
-    local tool=$1 mode=$2 name="nfs-$nfs_vers-$link_name-$1"
+    local tool=$1 mode=$2 name="$share_kind-$nfs_vers-$link_name-$1"
     local peak_file=/run/nfs-peak sampler probes=() t0 t1 t2 rc ops0 ops1 backlog
     if [ "$mode" = default ]; then systemctl stop writebehindd; else systemctl start writebehindd; fi
     if [ "$mode" = chunks ]; then
@@ -336,7 +344,8 @@ nfs_goals() {
     goal total-1.03x within_total
     goal peak-2s [ $((client / 1024)) -le $((2 * link_mibps)) ]
     measure "$name-$mode-goals" "${goals[*]}"
-    [ "$NFS" = full ] && [ "$mode" = daemon ] && check "$name-goals" [ $met = 1 ]
+    # The goals are NFS's; SMB's copy is measured against them.
+    [ "$NFS" = full ] && [ "$mode" = daemon ] && [ "$share_kind" = nfs ] && check "$name-goals" [ $met = 1 ]
     return 0
 }
 
@@ -485,6 +494,35 @@ nfs_appeared() {
     runuser -u carol -- rm -f $NFS_MNT/dst/appeared
 }
 
+# SMB, once (the full run's image has Samba): smbd serves the same export
+# to carol, the guest mounts it with cifs (SMB 3.1.1, hard, the default
+# strict cache) over the same Wi-Fi link, and the big file is copied with
+# the kernel default and with the daemon, measured as NFS's.
+smb_run() {
+    if ! command -v smbd >/dev/null || ! command -v mount.cifs >/dev/null; then
+        skip smb "no Samba in this image (the full run's has it)"
+        return 0
+    fi
+    printf '%s\n' '[global]' 'server min protocol = SMB3' 'interfaces = lo' 'bind interfaces only = yes' \
+        'disable netbios = yes' 'map to guest = never' '[wb]' "path = $NFS_EXPORT" 'read only = no' \
+        'valid users = carol' >/etc/samba/smb.conf
+    printf 'wb\nwb\n' | smbpasswd -s -a carol >/dev/null
+    systemctl restart smbd
+    nfs_link wifi
+    if ! mount -t cifs -o username=carol,password=wb,uid=carol,gid=carol,vers=3.1.1,hard //127.0.0.1/wb $NFS_MNT; then
+        fail smb-mount "$(journalctl -b -u smbd -o cat --no-pager | tail -5 | tr '\n' ' ')"
+        systemctl stop smbd
+        return 0
+    fi
+    share_mounted smb 3.1.1 "$(find /sys/class/bdi -name 'cifs-*' -printf '%f\n' | sort -t- -k2 -n | tail -1)"
+    pass smb-mount "$client_bdi on $(stat -fc %T $NFS_MNT)"
+    nfs_copy cp default
+    nfs_copy cp daemon
+    measure smb-in-status "$(wbctl status | grep -F "$client_bdi" | head -1)"
+    umount $NFS_MNT
+    systemctl stop smbd
+}
+
 nfs_run() {
     local tool
     nfs_sources
@@ -519,6 +557,8 @@ nfs_run() {
     else
         fail nfs-mount-3
     fi
+    umount $NFS_MNT 2>/dev/null
+    smb_run
 }
 
 if [ "$NFS_ON" = all ] || [[ $(uname -r) == "$NFS_ON"[.+-]* ]]; then

@@ -80,10 +80,12 @@ const PACKAGES: &[&str] = &[
     "iproute2",
     "strace",
 ];
-/// The full systest's database (db.sh): Debian's postgresql, with pgbench.
-/// Its own image (`<suite>+db-`), so that the quick run's, which CI builds
-/// on every run, stays as small and as quick to make as it was.
-const DB_PACKAGES: &[&str] = &["postgresql"];
+/// The full systest's extras: Debian's postgresql, with pgbench, for the
+/// database beside a copy (db.sh), and samba with cifs-utils for the SMB
+/// copy (nfs.sh).  Their own image (`<suite>+full-`), so that the quick
+/// run's, which CI builds on every run, stays as small and as quick to make
+/// as it was.
+const FULL_PACKAGES: &[&str] = &["postgresql", "samba", "cifs-utils"];
 /// initramfs-tools' default (MODULES=most) makes 35 MiB initrds; the guest
 /// needs only its root disk's drivers (6 MiB each, and faster to unpack
 /// under TCG).
@@ -153,18 +155,18 @@ pub fn target_dir() -> Result<PathBuf> {
 const KERNEL_DEBS: &str = "/var/cache/wb-kernels";
 
 /// `root`'s cached image, built first if nothing that goes into it is
-/// cached (its kernels' newest packages are fetched first); `db`: with
-/// PostgreSQL (DB_PACKAGES).
-pub fn image(root: &Root, db: bool) -> Result<Image> {
+/// cached (its kernels' newest packages are fetched first); `full`: with
+/// the full run's extras (FULL_PACKAGES).
+pub fn image(root: &Root, full: bool) -> Result<Image> {
     let suite = root.suite;
     let sources = root.sources;
     let debs = kernels::newest_of_each(&kernels::fetch(root.kernels)?)?;
     let names: Vec<String> = debs.iter().map(|d| d.file_name().unwrap().to_string_lossy().into_owned()).collect();
-    let packages: Vec<&str> = PACKAGES.iter().chain(if db { DB_PACKAGES } else { &[] }).copied().collect();
+    let packages: Vec<&str> = PACKAGES.iter().chain(if full { FULL_PACKAGES } else { &[] }).copied().collect();
     let recipe = format!(
         "{suite}\n{sources:?}\n{packages:?}\n{names:?}\n{INITRAMFS_HOOK}\n{MASKED:?}\n{TEST_TARGET}{TEST_SERVICE}{FSTAB}{HEADROOM}"
     );
-    let variant = if db { format!("{suite}+db") } else { suite.to_owned() };
+    let variant = if full { format!("{suite}+full") } else { suite.to_owned() };
     let dir = target_dir()?.join("guest").join(format!("{variant}-{:016x}", fnv(&recipe)));
     let image = Image { disk: dir.join("root.img"), dir: dir.clone() };
     if dir.join("ok").exists() {
@@ -230,7 +232,7 @@ pub fn image(root: &Root, db: bool) -> Result<Image> {
     let _ = fs::remove_dir_all(&dir);
     fs::rename(&build, &dir)?;
     // This suite's images of other recipes are stale (about 800 MiB each
-    // on disk); the other variant's (with or without the database) is not.
+    // on disk); the other variant's (with or without the full run's extras) is not.
     for old in fs::read_dir(dir.parent().unwrap())? {
         let old = old?.path();
         let same_suite = old.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{variant}-")));

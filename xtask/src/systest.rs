@@ -110,6 +110,12 @@ impl Only {
             Only::Db => true,
         }
     }
+
+    /// The image with the full run's extras (guest::image): the database's,
+    /// and Samba for the full NFS part's SMB copy.
+    fn full_image(self, quick: bool) -> bool {
+        self.db(quick) || (self == Only::Nfs && !quick)
+    }
 }
 
 /// The copies' sources, made on the host: 200 MiB from the guest's
@@ -254,7 +260,7 @@ pub fn main(args: &[String]) -> Result<()> {
     if images_only {
         // Only build (or find) the kernels' roots, booting nothing.
         for v in &versions {
-            let image = guest::image(guest::root_for(v)?, only.db(quick))?;
+            let image = guest::image(guest::root_for(v)?, only.full_image(quick))?;
             println!("systest: {} boots {}", image.disk.display(), image.kernel(v)?.release);
         }
         return Ok(());
@@ -280,7 +286,7 @@ pub fn main(args: &[String]) -> Result<()> {
 
     let mut outcomes = Vec::new();
     for v in &versions {
-        let image = guest::image(guest::root_for(v)?, only.db(quick))?;
+        let image = guest::image(guest::root_for(v)?, only.full_image(quick))?;
         let kernel = image.kernel(v)?;
         println!("systest: booting {} under qemu (TCG)", kernel.release);
         let started = Instant::now();
