@@ -222,14 +222,23 @@ fn stopping_with_a_hung_device_restores_its_knobs_at_once() -> Result<()> {
         std::thread::sleep(Duration::from_millis(100));
     }
     let restored = t0.elapsed();
-    // The flusher thread is still waiting on the device: stopping gives up
-    // on it after 5 s and says so.
-    let log = daemon.wait_log("still busy in writeback", Duration::from_secs(10));
+    // The flusher thread is usually still waiting on the device: stopping
+    // gives up on it after 5 s and says so.  One between two waits as the
+    // stop came lets the daemon end at once, as well (a CI run: its last
+    // wait ended 2.4 s after SIGTERM, and the daemon exited with 0).
+    let waited = daemon.wait_log("still busy in writeback", Duration::from_secs(10));
     // Let the device drain (the writer is killed first) so the daemon can exit.
     drop(writer);
     fs.device.set_write_rate(0)?;
-    daemon.stop()?;
-    let log = log?;
+    let stopped = daemon.stop()?;
+    let log = match waited {
+        Ok(log) => log,
+        Err(e) if e.to_string().contains("exited (exit status: 0)") => {
+            println!("the flusher was not in a wait at the stop: the daemon ended cleanly");
+            stopped
+        }
+        Err(e) => return Err(e),
+    };
     println!("knobs back {restored:?} after SIGTERM");
     assert_eq!(knobs.values(), original);
     assert!(restored < Duration::from_secs(3), "the knobs came back only after {restored:?}:\n{log}");
