@@ -7,6 +7,7 @@ import os
 import stat
 import struct
 import sys
+import threading
 
 LOOKUP, FORGET, GETATTR, SETATTR, OPEN, WRITE, RELEASE, FSYNC = 1, 2, 3, 4, 14, 16, 18, 20
 FLUSH, INIT, INTERRUPT, BATCH_FORGET = 25, 26, 36, 42
@@ -83,3 +84,31 @@ def serve_file(dev, op, unique, node, body, size_of):
     else:
         return False
     return True
+
+
+def serve_one_file(dev, writer, write, flush=lambda: True):
+    """Serves a one-file filesystem of writable "f" with the writeback
+    cache until killed: WRITER starts on a thread at INIT; WRITE(n) says
+    whether a write of N bytes is answered (it may take its time), FLUSH()
+    whether a FLUSH is."""
+    size_of = {ROOT: 0, FILE: 0}
+    for op, unique, node, body in requests(dev):
+        if op == INIT:
+            reply(dev, unique, init_reply(body, WRITEBACK_CACHE))
+            threading.Thread(target=writer, daemon=True).start()
+        elif serve_file(dev, op, unique, node, body, size_of):
+            pass
+        elif op == WRITE:
+            _fh, offset, n = struct.unpack_from("QQI", body)
+            if write(n):
+                size_of[FILE] = max(size_of[FILE], offset + n)
+                reply(dev, unique, struct.pack("II", n, 0))
+        elif op == FLUSH:
+            if flush():
+                reply(dev, unique)
+        elif op in (RELEASE, FSYNC):
+            reply(dev, unique)
+        elif op in NO_REPLY:
+            pass
+        else:
+            reply(dev, unique, error=ENOSYS)

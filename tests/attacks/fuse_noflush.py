@@ -9,11 +9,9 @@
 # prints "done" then, and serves until killed.
 #   fuse_noflush.py MOUNTPOINT MIB  (after fuse.py)
 import subprocess
-import threading
 
 mnt, size = sys.argv[1], int(sys.argv[2])
 dev = fuse_mount(mnt, "wbnoflush", ",allow_other")
-size_of = {ROOT: 0, FILE: 0}
 writer_pid = None
 
 
@@ -35,23 +33,5 @@ def writer():
     print("done", flush=True)
 
 
-for op, unique, node, body in requests(dev):
-    if op == INIT:
-        reply(dev, unique, init_reply(body, WRITEBACK_CACHE))
-        threading.Thread(target=writer, daemon=True).start()
-    elif serve_file(dev, op, unique, node, body, size_of):
-        pass
-    elif op == WRITE:
-        _fh, offset, n = struct.unpack_from("QQI", body)
-        size_of[FILE] = max(size_of[FILE], offset + n)
-        reply(dev, unique, struct.pack("II", n, 0))
-    elif op == FLUSH:
-        if REQUEST_PID == writer_pid:
-            reply(dev, unique)
-        # anyone else's close waits for ever
-    elif op in (RELEASE, FSYNC):
-        reply(dev, unique)
-    elif op in NO_REPLY:
-        pass
-    else:
-        reply(dev, unique, error=ENOSYS)
+# Anyone else's close waits for ever.
+serve_one_file(dev, writer, write=lambda n: True, flush=lambda: REQUEST_PID == writer_pid)

@@ -9,13 +9,11 @@
 # (a server that hangs: whoever waits for that writeback waits for ever).
 #   fuse_slow.py MOUNTPOINT MIB_PER_SEC MIB [STALL_AFTER]  (after fuse.py)
 import subprocess
-import threading
 import time
 
 mnt, rate, size = sys.argv[1], int(sys.argv[2]) << 20, int(sys.argv[3])
 stall = int(sys.argv[4]) << 20 if len(sys.argv) > 4 else None
 dev = fuse_mount(mnt, "wbslow")
-size_of = {ROOT: 0, FILE: 0}
 
 
 def writer():
@@ -26,25 +24,17 @@ def writer():
 
 
 served, t0 = 0, None
-for op, unique, node, body in requests(dev):
-    if op == INIT:
-        reply(dev, unique, init_reply(body, WRITEBACK_CACHE))
-        threading.Thread(target=writer, daemon=True).start()
-    elif serve_file(dev, op, unique, node, body, size_of):
-        pass
-    elif op == WRITE:
-        _fh, offset, n = struct.unpack_from("QQI", body)
-        if stall is not None and served >= stall:
-            continue  # never answered
-        size_of[FILE] = max(size_of[FILE], offset + n)
-        # The server's speed is the user's to choose.
-        t0 = t0 or time.monotonic()
-        served += n
-        time.sleep(max(0.0, t0 + served / rate - time.monotonic()))
-        reply(dev, unique, struct.pack("II", n, 0))
-    elif op in (FLUSH, RELEASE, FSYNC):
-        reply(dev, unique)
-    elif op in NO_REPLY:
-        pass
-    else:
-        reply(dev, unique, error=ENOSYS)
+
+
+def write(n):
+    global served, t0
+    if stall is not None and served >= stall:
+        return False  # never answered
+    # The server's speed is the user's to choose.
+    t0 = t0 or time.monotonic()
+    served += n
+    time.sleep(max(0.0, t0 + served / rate - time.monotonic()))
+    return True
+
+
+serve_one_file(dev, writer, write)
