@@ -222,9 +222,6 @@ struct Device {
     dirty: u64,
     /// The dirty cap the agent set, 0 when not pacing.
     budget: u64,
-    /// Stalled while paced: its budget given up (`Pacer::stall`) until
-    /// it answers again.
-    gave_up: bool,
     /// When an event last named it.
     last_event: Instant,
 }
@@ -314,7 +311,6 @@ impl Devices {
                 capped_slow: false,
                 dirty: 0,
                 budget: 0,
-                gave_up: false,
                 last_event: Instant::now(),
             }
         });
@@ -453,7 +449,6 @@ impl Devices {
             // counted for the others' sake (at least the budget: `dirty` is
             // from its last event, and a stalled device sends few).
             self.pacer.stall(bdi, dev.dirty.max(dev.budget));
-            dev.gave_up = true;
         } else if pacing && busy {
             // Between two writers (LINGER) the budget stays as it was:
             // nobody needs a new one (and a stick pulled mid-copy is gone).
@@ -495,7 +490,7 @@ impl Devices {
                 (dev.budget, dev.capped_slow) = (0, false);
             } else if keeps_up && dev.budget == 0 {
                 // Not paced (yet): the next event or tick looks again.
-            } else if dev.budget == 0 || dev.gave_up || (moved && !lingering) {
+            } else if dev.budget == 0 || self.pacer.is_stalled(bdi) || (moved && !lingering) {
                 if dev.budget == 0 {
                     let why = match () {
                         _ if !dev.fast => "under 1 GiB/s: capped at a writer's first window",
@@ -505,7 +500,6 @@ impl Devices {
                     tracing::info!(bdi, bw, dirty = dev.dirty, budget, why, "capping the device");
                     dev.capped_slow = !dev.fast;
                 }
-                dev.gave_up = false;
                 dev.budget = match self.pacer.pace(bdi, budget) {
                     Ok(true) => budget,
                     Ok(false) => 0,
@@ -517,7 +511,7 @@ impl Devices {
             }
         } else if dev.budget != 0 || self.pacer.is_paced(bdi) {
             self.pacer.release(bdi);
-            (dev.budget, dev.gave_up) = (0, false);
+            dev.budget = 0;
         }
         // Paced, or never to be: no close needs the agent at once.
         let batch = dev.budget != 0 || !pacing || !dev.knobs || self.pacer.stepped_aside(bdi);

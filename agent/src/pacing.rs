@@ -274,6 +274,12 @@ impl Pacer {
         self.global.stall(bdi, held);
     }
 
+    /// Whether `bdi` gave up its budget (`stall`): to be paced again once
+    /// it answers.
+    pub fn is_stalled(&self, bdi: &str) -> bool {
+        self.global.is_stalled(bdi)
+    }
+
     /// Puts the administrator's values back on `bdi`.
     pub fn release(&mut self, bdi: &str) {
         self.global.release(bdi);

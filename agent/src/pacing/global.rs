@@ -235,15 +235,25 @@ impl Global {
     /// more, so pacing them holds nothing back: the device gives up its
     /// budget, and its pages are added on top of the others' budgets, or
     /// the administrator's values come back if no other device is paced.
-    /// `pace` takes it back once it answers.
+    /// `pace` takes it back once it answers.  Called again while it is
+    /// stalled, only what it holds is updated: `tick` applies it.
     pub fn stall(&mut self, bdi: &str, held: u64) {
-        if self.budgets.remove(bdi).is_none() && !self.stuck.contains_key(bdi) {
+        if let Some(h) = self.stuck.get_mut(bdi) {
+            *h = held;
             return;
         }
-        if self.stuck.insert(bdi.to_owned(), held).is_none() {
-            tracing::info!(bdi, held, "stalled: its budget given up, its pages no longer limit the other devices");
+        if self.budgets.remove(bdi).is_none() {
+            return;
         }
+        self.stuck.insert(bdi.to_owned(), held);
+        tracing::info!(bdi, held, "stalled: its budget given up, its pages no longer limit the other devices");
         self.reapply(bdi);
+    }
+
+    /// Whether `bdi` gave up its budget (`stall`) and has not been paced
+    /// since.
+    pub fn is_stalled(&self, bdi: &str) -> bool {
+        self.stuck.contains_key(bdi)
     }
 
     /// After a device left the budgets: the others' limit, or the
@@ -615,6 +625,10 @@ mod tests {
         g.stall("0:50", 40 * MIB);
         assert_eq!(vm.get("dirty_bytes"), 48 * MIB);
         assert!(g.is_paced("0:50"), "released only when it is");
+        // What it holds grows: the next tick applies it.
+        g.stall("0:50", 48 * MIB);
+        g.tick();
+        assert_eq!(vm.get("dirty_bytes"), 56 * MIB);
         // The disk done, the mount alone: the administrator's values.
         g.release("8:16");
         assert_eq!(vm.get("dirty_ratio"), 20);
