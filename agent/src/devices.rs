@@ -718,6 +718,25 @@ mod tests {
     }
 
     #[test]
+    fn a_network_filesystems_windows_and_chunks_are_a_quarter_second_of_its_link() {
+        let sysfs = crate::pacing::tests::FakeSysfs::new("network-floor");
+        let mut d = Devices::new(Policy::embedded_default(), None, sysfs.pacer());
+        const MIB: u64 = 1 << 20;
+        let writing = HashMap::from([("7:0".to_owned(), Active { writers: 1, windowed: 1 })]);
+        disk_holding(&mut d, 26 * MIB, 8 * MIB);
+        d.tick(&writing, false);
+        let disk = d.devs["7:0"].shared.clone();
+        let (bw, _) = disk.rates();
+        assert!(disk.chunk() < bw / 4 && disk.window() < bw / 4, "a disk's: a fraction of that");
+        *disk.backing.lock().unwrap() = Backing::Network;
+        d.tick(&writing, false);
+        let quarter = (bw as f64 * NETWORK_WINDOW_SECONDS) as u64;
+        assert!(disk.chunk() >= quarter && disk.window() >= quarter, "a COMMIT per quarter second, at most");
+        assert!(d.devs["7:0"].entry(bw, false).floor >= quarter, "BPF's windows too");
+        d.shutdown();
+    }
+
+    #[test]
     fn only_btrfs_compressing_by_its_own_judgement_has_a_grain() {
         assert_eq!(grain_for("btrfs", "rw,relatime,compress=zstd:1,ssd,space_cache=v2"), BTRFS_EXTENT);
         assert_eq!(grain_for("btrfs", "rw,compress,subvol=/home"), BTRFS_EXTENT);
