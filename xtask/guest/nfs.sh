@@ -232,6 +232,22 @@ nfs_watch() {
 }
 
 declare -A nfs_total
+# The guest's busy and total CPU ticks (all CPUs), and the daemon's own
+# (0 when it is not running): where a copy is bound by the emulated CPU
+# rather than by the link, what the daemon costs shows in its total.
+cpu_ticks() {
+    awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat
+}
+daemon_ticks() {
+    local pid
+    pid=$(systemctl show -p MainPID --value writebehindd 2>/dev/null)
+    if [ "${pid:-0}" != 0 ] && [ -r "/proc/$pid/stat" ]; then
+        awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat"
+    else
+        echo 0
+    fi
+}
+
 # nfs_copy <tool> <mode: default|daemon>: one copy to a fresh directory,
 # measured (see the top).
 nfs_copy() {
@@ -259,6 +275,9 @@ nfs_copy() {
         (sleep 3 && wbctl status | sed 's/^/systest:   wbctl status: /') &
         status_pid=$!
     fi
+    local busy0 all0 busy1 all1 agent0 agent1
+    read -r busy0 all0 <<<"$(cpu_ticks)"
+    agent0=$(daemon_ticks)
     t0=$(date +%s%N)
     (case $tool in
     cp) runuser -u carol -- strace -ttt -T -s 0 -e 'trace=!read' -o /var/tmp/nfs-strace cp $NFS_SRC/big.bin $dst ;;
@@ -272,6 +291,8 @@ nfs_copy() {
     nfs_watch $! "$name-$mode" $((nfs_mib / 4 > 60 ? nfs_mib / 4 : 60))
     rc=$?
     t1=$(date +%s%N)
+    read -r busy1 all1 <<<"$(cpu_ticks)"
+    agent1=$(daemon_ticks)
     backlog=$(($(dirty_kib "$server_bdi") / 1024))
     sync
     t2=$(date +%s%N)
@@ -288,6 +309,7 @@ nfs_copy() {
     [ "$tool" = cp ] && src=$NFS_SRC/big.bin cmpdst=$dst
     diff -r -q $src $cmpdst >/dev/null && same=1
     nfs_total[$name-$mode]=$((t2 - t0))
+    measure "$name-$mode-cpu" "$(((busy1 - busy0) * 100 / (all1 - all0 + 1))) % of the guest's $(nproc) CPUs busy during the copy, the daemon $(((agent1 - agent0) * 10)) ms of CPU"
     measure "$name-$mode" "copy $(secs "$t0" "$t1") s, total to sync $(secs "$t0" "$t2") s, peak dirty+writeback $((client / 1024)) MiB (client), server's disk peak $((server / 1024)) MiB and $backlog MiB as the copy ended, WRITE $((w1 - w0)) COMMIT $((c1 - c0)) ($((ce1 - ce0)) ms in COMMITs)"
     if [ "$tool" = cp ]; then
         local lw close_s
