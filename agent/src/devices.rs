@@ -213,6 +213,9 @@ struct Device {
     max_request: u64,
     /// The kernel has the bdi's pacing knobs (read once: a bdi keeps them).
     knobs: bool,
+    /// Paced through a dirty limit of its own (the bdi lever), not the
+    /// global one every writer shares.
+    own_limit: bool,
     /// A network filesystem's "server:/export" (its mount's source), shown
     /// beside the backing: its bdi's name (0:NN) says nothing of it.
     export: Option<String>,
@@ -243,10 +246,10 @@ impl Device {
     }
 
     /// The smallest window and chunk worth a sync_file_range at bw: one
-    /// maximal request; on a network filesystem with knobs of its own,
+    /// maximal request; on a network filesystem with a limit of its own,
     /// once measured (a link is not assumed fast), NETWORK_WINDOW_SECONDS.
     fn floor(&self, bw: u64) -> u64 {
-        if self.knobs && self.shared.network() && self.shared.est.lock().unwrap().measured() {
+        if self.own_limit && self.shared.network() && self.shared.est.lock().unwrap().measured() {
             let least = (bw as f64 * NETWORK_WINDOW_SECONDS) as u64;
             self.max_request.max(least.div_ceil(4096) * 4096)
         } else {
@@ -324,6 +327,7 @@ impl Devices {
                 sb_devs: HashSet::new(),
                 max_request,
                 knobs: self.pacer.available(&bdi),
+                own_limit: self.pacer.lever(&bdi) == Some(crate::pacing::Lever::Bdi),
                 export: None,
                 pushed_bw: 0,
                 pushed_batch: false,
@@ -722,7 +726,7 @@ mod tests {
     }
 
     #[test]
-    fn a_network_filesystems_windows_and_chunks_are_a_quarter_second_of_its_link_where_it_has_knobs() {
+    fn a_network_filesystems_windows_and_chunks_are_a_quarter_second_of_its_link_under_its_own_limit() {
         let sysfs = crate::pacing::tests::FakeSysfs::new("network-floor");
         let mut d = Devices::new(Policy::embedded_default(), None, sysfs.pacer());
         const MIB: u64 = 1 << 20;
@@ -738,9 +742,13 @@ mod tests {
         assert!(disk.chunk() >= quarter && disk.window() >= quarter, "a COMMIT per quarter second, at most");
         assert!(d.devs["7:0"].entry(bw, false).floor >= quarter, "BPF's windows too");
         // Under the global limit two such chunks in flight would fill it.
-        d.devs.get_mut("7:0").unwrap().knobs = false;
+        assert!(d.devs["7:0"].own_limit, "the fake sysfs has the bdi's knobs");
+        d.devs.get_mut("7:0").unwrap().own_limit = false;
         d.tick(&writing, false);
-        assert!(disk.chunk() < quarter && d.devs["7:0"].entry(bw, false).floor < quarter, "no knobs: as a disk");
+        assert!(
+            disk.chunk() < quarter && d.devs["7:0"].entry(bw, false).floor < quarter,
+            "the global limit: as a disk"
+        );
         d.shutdown();
     }
 
