@@ -100,7 +100,8 @@ pub struct DeviceShared {
 /// A device whose flusher thread has been in one call this long is shown
 /// as stalled (`wbctl status`): its server or its disk does not answer.  A
 /// call covers one chunk (`in_flight_seconds` of the device's bandwidth, at
-/// least 1 MiB: 0.1 s of a 10 MiB/s stick), or opens one file.
+/// least 1 MiB: 0.1 s of a 10 MiB/s stick; on a network filesystem under
+/// its own limit 0.25 s of the link), or opens one file.
 const STALLED: Duration = Duration::from_secs(5);
 
 /// The flusher thread is in a call that may block, until this is dropped.
@@ -222,6 +223,7 @@ struct Device {
     /// What BPF was last told (wb_device).
     pushed_bw: u64,
     pushed_batch: bool,
+    pushed_floor: u64,
     /// When a writer last counted for pacing (`busy`).
     last_busy: Option<Instant>,
     /// When a writer of small files (SMALL_FILES) last counted.
@@ -247,9 +249,10 @@ impl Device {
 
     /// The smallest window and chunk worth a sync_file_range at bw: one
     /// maximal request; on a network filesystem with a limit of its own,
-    /// once measured (a link is not assumed fast), NETWORK_WINDOW_SECONDS.
+    /// once the agent has timed it (a link is not assumed fast),
+    /// NETWORK_WINDOW_SECONDS.
     fn floor(&self, bw: u64) -> u64 {
-        if self.own_limit && self.shared.network() && self.shared.est.lock().unwrap().measured() {
+        if self.own_limit && self.shared.network() && self.shared.est.lock().unwrap().sampled() {
             let least = (bw as f64 * NETWORK_WINDOW_SECONDS) as u64;
             self.max_request.max(least.div_ceil(4096) * 4096)
         } else {
@@ -331,6 +334,7 @@ impl Devices {
                 export: None,
                 pushed_bw: 0,
                 pushed_batch: false,
+                pushed_floor: 0,
                 last_busy: None,
                 last_small_files: None,
                 fast: false,
@@ -542,14 +546,14 @@ impl Devices {
         }
         // Paced, or never to be: no close needs the agent at once.
         let batch = dev.budget != 0 || !pacing || !dev.knobs || self.pacer.stepped_aside(bdi);
-        if (bw.abs_diff(dev.pushed_bw) * 20 > dev.pushed_bw || batch != dev.pushed_batch)
+        if (bw.abs_diff(dev.pushed_bw) * 20 > dev.pushed_bw || batch != dev.pushed_batch || floor != dev.pushed_floor)
             && let Some(m) = &mut self.map
         {
             let entry = dev.entry(bw, batch);
             for sb in &dev.sb_devs {
                 let _ = m.insert(*sb, entry, 0);
             }
-            (dev.pushed_bw, dev.pushed_batch) = (bw, batch);
+            (dev.pushed_bw, dev.pushed_batch, dev.pushed_floor) = (bw, batch, floor);
             tracing::debug!(bdi, bw, window, batch, "device updated for BPF");
         }
     }
@@ -738,6 +742,11 @@ mod tests {
         assert!(disk.chunk() < bw / 4 && disk.window() < bw / 4, "a disk's: a fraction of that");
         *disk.backing.lock().unwrap() = Backing::Network;
         d.tick(&writing, false);
+        let quarter = (bw as f64 * NETWORK_WINDOW_SECONDS) as u64;
+        assert!(disk.chunk() < quarter, "a link the agent has not timed: as a disk");
+        disk.sample(26 * MIB, Duration::from_secs(1));
+        d.tick(&writing, false);
+        let (bw, _) = disk.rates();
         let quarter = (bw as f64 * NETWORK_WINDOW_SECONDS) as u64;
         assert!(disk.chunk() >= quarter && disk.window() >= quarter, "a COMMIT per quarter second, at most");
         assert!(d.devs["7:0"].entry(bw, false).floor >= quarter, "BPF's windows too");
