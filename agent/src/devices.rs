@@ -32,7 +32,9 @@ const LINGER: Duration = Duration::from_secs(2);
 /// (26 MiB/s) took 1.17-1.18x the kernel default's time to `sync` done on a
 /// cap of 8.5 MiB (two windows), its peak 14-17 MiB: the writer also waited
 /// for COMMITs' round trips.  Half a second stays within the 2 s of the
-/// link that peak dirty may be.
+/// link that peak dirty may be; under its own limit four windows of
+/// NETWORK_WINDOW_SECONDS make one writer's budget a second (peak 26-30
+/// MiB at 26 MiB/s).
 const NETWORK_DIRTY_SECONDS: f64 = 0.5;
 /// A network filesystem's windows and chunks are at least this many seconds
 /// of its measured bandwidth where it has a dirty limit of its own (6.2+).
