@@ -477,9 +477,18 @@ fn the_lock_is_root_s_whatever_the_umask() -> Result<()> {
     let restore = Command::new("sh").arg("-c").arg(format!("umask 0; exec {} --restore", exe.display())).output()?;
     anyhow::ensure!(restore.status.success(), "--restore: {}", String::from_utf8_lossy(&restore.stderr));
     let mode = std::fs::metadata(lock)?.permissions().mode() & 0o777;
-    let mut holder = as_nobody("flock").args(["-n", lock, "sleep", "10"]).spawn()?;
-    std::thread::sleep(Duration::from_millis(300));
-    let held = holder.try_wait()?.is_none();
+    // Whether nobody's flock got the lock: it would sleep on holding it;
+    // refused, it exits.  Waited for up to 10 s, not a fixed 300 ms: under
+    // emulation, beside the host tests, flock printed its refusal after
+    // the 300 ms were up and the test took the slow start for a hold.
+    let mut holder = as_nobody("flock").args(["-n", lock, "sleep", "60"]).spawn()?;
+    let asked = std::time::Instant::now();
+    let mut exited = holder.try_wait()?;
+    while exited.is_none() && asked.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+        exited = holder.try_wait()?;
+    }
+    let held = exited.is_none_or(|status| status.success());
     let started = Daemon::start();
     let _ = holder.kill();
     let _ = holder.wait();
