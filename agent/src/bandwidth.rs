@@ -263,7 +263,7 @@ pub fn chunk(bw: u64, seconds: f64, max_request: u64) -> u64 {
     round_pages(((bw as f64 * seconds) as u64).max(max_request).max(1 << 20))
 }
 
-fn round_pages(b: u64) -> u64 {
+pub fn round_pages(b: u64) -> u64 {
     b.div_ceil(4096) * 4096
 }
 

@@ -255,8 +255,7 @@ impl Device {
     /// NETWORK_WINDOW_SECONDS.
     fn floor(&self, bw: u64) -> u64 {
         if self.own_limit && self.shared.network() && self.shared.est.lock().unwrap().sampled() {
-            let least = (bw as f64 * NETWORK_WINDOW_SECONDS) as u64;
-            self.max_request.max(least.div_ceil(4096) * 4096)
+            self.max_request.max(bandwidth::round_pages((bw as f64 * NETWORK_WINDOW_SECONDS) as u64))
         } else {
             self.max_request
         }
