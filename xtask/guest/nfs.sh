@@ -28,9 +28,9 @@
 #
 # Scaled for TCG, as usb.sh: quick copies one 128 MiB file over 4.2 (the
 # newest kernel only, NFS_ON); full a 512 MiB file over 4.2 at 30 MiB/s
-# three times each way, over 3 at 30 and over 4.2 at 110, a folder of 60 files of 2-12 MiB with cp -r, rsync
-# -a, tar x and gio copy, and a server that stops answering for NFS_HANG
-# seconds mid-copy.
+# three times each way, over 3 at 30 and over 4.2 at 110, a folder of 60
+# files of 2-12 MiB with cp -r, rsync -a, tar x and gio copy, and a server
+# that stops answering for NFS_HANG seconds mid-copy.
 MIB=$((1 << 20))
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 id carol >/dev/null 2>&1 || useradd -M carol
@@ -241,7 +241,7 @@ cpu_ticks() {
 }
 daemon_ticks() {
     local pid
-    pid=$(systemctl show -p MainPID --value writebehindd 2>/dev/null)
+    pid=$(prop MainPID)
     if [ "${pid:-0}" != 0 ] && [ -r "/proc/$pid/stat" ]; then
         awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat"
     else
