@@ -232,6 +232,76 @@ nfs_watch() {
     wait "$pid"
 }
 
+# What the kernel did during a big copy (the full run): each RPC's time
+# waiting to be sent (backlog), on the wire (rtt) and in all (execute),
+# from sunrpc's rpc_stats_latency; `stat`'s and `ls`'s nfs_getattr calls,
+# split into their GETATTR RPCs (sent from the caller's own context) and
+# the rest, which is the wait for the file's WRITEs (nfs_getattr writes a
+# file's dirty pages back before asking the server); the fsync probe's
+# nfs_file_fsync; and cp's pauses in balance_dirty_pages.  Events a
+# kernel lacks are named and skipped.
+TRACEFS=/sys/kernel/tracing
+NFS_EVENTS="sunrpc/rpc_stats_latency nfs/nfs_getattr_enter nfs/nfs_getattr_exit nfs/nfs_fsync_enter nfs/nfs_fsync_exit writeback/balance_dirty_pages"
+nfs_trace_start() {
+    [ "$NFS" = full ] || return 0
+    mountpoint -q $TRACEFS || mount -t tracefs none $TRACEFS
+    echo 0 >$TRACEFS/tracing_on
+    echo 16384 >$TRACEFS/buffer_size_kb
+    # Each probe is a new process: room for all their names.
+    echo 8192 >$TRACEFS/saved_cmdlines_size
+    : >$TRACEFS/trace
+    local e
+    for e in $NFS_EVENTS; do
+        if [ -e $TRACEFS/events/$e/enable ]; then echo 1 >$TRACEFS/events/$e/enable; else echo "systest:   trace: no $e here"; fi
+    done
+    echo 1 >$TRACEFS/tracing_on
+}
+# nfs_trace_report <name>: stops the trace and measures what it shows.
+nfs_trace_report() {
+    [ "$NFS" = full ] || return 0
+    echo 0 >$TRACEFS/tracing_on
+    local e
+    for e in $NFS_EVENTS; do [ -e $TRACEFS/events/$e/enable ] && echo 0 >$TRACEFS/events/$e/enable; done
+    # Lines: "task-pid [cpu] flags ts: event: fields"; µs out, one file
+    # per kind.
+    touch /run/nfs-trace-rpc /run/nfs-trace-getattr /run/nfs-trace-fsync /run/nfs-trace-bdp
+    awk -v rpc=/run/nfs-trace-rpc -v ga=/run/nfs-trace-getattr -v fs=/run/nfs-trace-fsync -v bdp=/run/nfs-trace-bdp '
+        /^#/ { next }
+        {
+            for (i = 2; i < NF && $i !~ /^[0-9]+\.[0-9]+:$/; i++);
+            ts = substr($i, 1, length($i) - 1); ev = $(i + 1)
+            n = split($1, a, "-"); pid = a[n]; comm = substr($1, 1, length($1) - length(pid) - 1)
+            delete f
+            for (j = i + 2; j <= NF; j++) if (split($j, kv, "=") == 2) f[kv[1]] = kv[2]
+        }
+        ev == "rpc_stats_latency:" {
+            proc = "?"
+            for (j = i + 2; j < NF; j++) if ($j ~ /^v[0-9]+$/) { proc = $(j + 1); break }
+            print proc, f["backlog"], f["rtt"], f["execute"] > rpc
+            if (pid in gstart) { grpc[pid] += f["execute"]; gback[pid] += f["backlog"]; grtt[pid] += f["rtt"] }
+        }
+        ev == "nfs_getattr_enter:" && (comm == "stat" || comm == "ls") { gstart[pid] = ts; grpc[pid] = gback[pid] = grtt[pid] = 0 }
+        ev == "nfs_getattr_exit:" && (pid in gstart) {
+            t = int((ts - gstart[pid]) * 1e6)
+            print t, grpc[pid], t - grpc[pid], gback[pid], grtt[pid] > ga
+            delete gstart[pid]
+        }
+        ev == "nfs_fsync_enter:" && comm == "dd" { fstart[pid] = ts }
+        ev == "nfs_fsync_exit:" && (pid in fstart) { print int((ts - fstart[pid]) * 1e6) > fs; delete fstart[pid] }
+        ev == "balance_dirty_pages:" && comm == "cp" && f["pause"] > 0 { print f["pause"] * 1000 > bdp }
+    ' $TRACEFS/trace
+    : >$TRACEFS/trace
+    local p
+    for p in WRITE COMMIT GETATTR; do
+        awk -v p=$p '$1 == p { print $2, $3, $4 }' /run/nfs-trace-rpc >/run/nfs-trace-$p 2>/dev/null
+        measure "$1-trace-$p" "p50/p99/max ms (n): backlog $(pcts 1 /run/nfs-trace-$p), rtt $(pcts 2 /run/nfs-trace-$p), execute $(pcts 3 /run/nfs-trace-$p)"
+    done
+    measure "$1-trace-getattr" "stat's and ls's nfs_getattr p50/p99/max ms (n): in all $(pcts 1 /run/nfs-trace-getattr), waiting for the file's WRITEs $(pcts 3 /run/nfs-trace-getattr), in its GETATTR RPCs $(pcts 2 /run/nfs-trace-getattr) (of them backlog $(pcts 4 /run/nfs-trace-getattr), rtt $(pcts 5 /run/nfs-trace-getattr))"
+    measure "$1-trace-fsync" "the probe's nfs_file_fsync p50/p99/max ms (n): $(pcts 1 /run/nfs-trace-fsync)"
+    measure "$1-trace-throttled" "cp paused in balance_dirty_pages $(wc -l </run/nfs-trace-bdp 2>/dev/null || echo 0) times, $(awk '{ s += $1 } END { printf "%.2f", s / 1e6 }' /run/nfs-trace-bdp 2>/dev/null) s in all, p50/p99/max ms $(pcts 1 /run/nfs-trace-bdp)"
+    rm -f /run/nfs-trace-*
+}
+
 declare -A nfs_total
 # The guest's busy and total CPU ticks (all CPUs), and the daemon's own
 # (0 when it is not running): where a copy is bound by the emulated CPU
@@ -279,6 +349,7 @@ nfs_copy() {
     local busy0 all0 busy1 all1 agent0 agent1
     read -r busy0 all0 <<<"$(cpu_ticks)"
     agent0=$(daemon_ticks)
+    [ "$tool" = cp ] && nfs_trace_start
     t0=$(date +%s%N)
     (case $tool in
     cp) runuser -u carol -- strace -ttt -T -s 0 -e 'trace=!read' -o /var/tmp/nfs-strace cp $NFS_SRC/big.bin $dst ;;
@@ -301,6 +372,7 @@ nfs_copy() {
     kill $sampler
     wait $sampler "${probes[@]}" $status_pid 2>/dev/null
     ops1=$(nfs_ops)
+    [ "$tool" = cp ] && nfs_trace_report "$name-$mode"
     local client server
     read -r client server <$peak_file
     local w0 c0 ce0 w1 c1 ce1
