@@ -264,8 +264,8 @@ nfs_trace_report() {
     for e in $NFS_EVENTS; do [ -e $TRACEFS/events/$e/enable ] && echo 0 >$TRACEFS/events/$e/enable; done
     # Lines: "task-pid [cpu] flags ts: event: fields"; µs out, one file
     # per kind.
-    touch /run/nfs-trace-rpc /run/nfs-trace-getattr /run/nfs-trace-fsync /run/nfs-trace-bdp
-    awk -v rpc=/run/nfs-trace-rpc -v ga=/run/nfs-trace-getattr -v fs=/run/nfs-trace-fsync -v bdp=/run/nfs-trace-bdp '
+    touch /run/nfs-trace-rpc /run/nfs-trace-getattr /run/nfs-trace-fsync /run/nfs-trace-bdp /run/nfs-trace-dd
+    awk -v rpc=/run/nfs-trace-rpc -v ga=/run/nfs-trace-getattr -v fs=/run/nfs-trace-fsync -v bdp=/run/nfs-trace-bdp -v ddrpc=/run/nfs-trace-dd '
         /^#/ { next }
         {
             for (i = 2; i < NF && $i !~ /^[0-9]+\.[0-9]+:$/; i++);
@@ -276,8 +276,9 @@ nfs_trace_report() {
         }
         ev == "rpc_stats_latency:" {
             proc = "?"
-            for (j = i + 2; j < NF; j++) if ($j ~ /^v[0-9]+$/) { proc = $(j + 1); break }
+            for (j = i + 3; j <= NF; j++) if ($j ~ /^backlog=/) { proc = $(j - 1); break }
             print proc, f["backlog"], f["rtt"], f["execute"] > rpc
+            if (comm == "dd") print proc, f["execute"] > ddrpc
             if (pid in gstart) { grpc[pid] += f["execute"]; gback[pid] += f["backlog"]; grtt[pid] += f["rtt"] }
         }
         ev == "nfs_getattr_enter:" && (comm == "stat" || comm == "ls") { gstart[pid] = ts; grpc[pid] = gback[pid] = grtt[pid] = 0 }
@@ -297,7 +298,14 @@ nfs_trace_report() {
         measure "$1-trace-$p" "p50/p99/max ms (n): backlog $(pcts 1 /run/nfs-trace-$p), rtt $(pcts 2 /run/nfs-trace-$p), execute $(pcts 3 /run/nfs-trace-$p)"
     done
     measure "$1-trace-getattr" "stat's and ls's nfs_getattr p50/p99/max ms (n): in all $(pcts 1 /run/nfs-trace-getattr), waiting for the file's WRITEs $(pcts 3 /run/nfs-trace-getattr), in its GETATTR RPCs $(pcts 2 /run/nfs-trace-getattr) (of them backlog $(pcts 4 /run/nfs-trace-getattr), rtt $(pcts 5 /run/nfs-trace-getattr))"
-    measure "$1-trace-fsync" "the probe's nfs_file_fsync p50/p99/max ms (n): $(pcts 1 /run/nfs-trace-fsync)"
+    # The rest of the probe's time: the RPCs it waits for itself (OPEN,
+    # SETATTR for the truncation, CLOSE...), by procedure.
+    local rpcs=() q
+    for q in $(cut -d' ' -f1 /run/nfs-trace-dd | sort -u); do
+        awk -v q="$q" '$1 == q { print $2 }' /run/nfs-trace-dd >/run/nfs-trace-q
+        rpcs+=("$q $(pcts 1 /run/nfs-trace-q)")
+    done
+    measure "$1-trace-fsync" "the probe's nfs_file_fsync p50/p99/max ms (n): $(pcts 1 /run/nfs-trace-fsync); its own RPCs' execute: ${rpcs[*]:-none}"
     measure "$1-trace-throttled" "cp paused in balance_dirty_pages $(wc -l </run/nfs-trace-bdp 2>/dev/null || echo 0) times, $(awk '{ s += $1 } END { printf "%.2f", s / 1e6 }' /run/nfs-trace-bdp 2>/dev/null) s in all, p50/p99/max ms $(pcts 1 /run/nfs-trace-bdp)"
     rm -f /run/nfs-trace-*
 }
