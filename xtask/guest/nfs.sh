@@ -246,9 +246,11 @@ nfs_trace_start() {
     [ "$NFS" = full ] || return 0
     mountpoint -q $TRACEFS || mount -t tracefs none $TRACEFS
     echo 0 >$TRACEFS/tracing_on
-    echo 16384 >$TRACEFS/buffer_size_kb
-    # Each probe is a new process: room for all their names.
-    echo 8192 >$TRACEFS/saved_cmdlines_size
+    # Set once: each probe is a new process (room for all their names).
+    if [ "$(cat $TRACEFS/saved_cmdlines_size)" -lt 8192 ]; then
+        echo 16384 >$TRACEFS/buffer_size_kb
+        echo 8192 >$TRACEFS/saved_cmdlines_size
+    fi
     : >$TRACEFS/trace
     local e
     for e in $NFS_EVENTS; do
@@ -264,8 +266,8 @@ nfs_trace_report() {
     for e in $NFS_EVENTS; do [ -e $TRACEFS/events/$e/enable ] && echo 0 >$TRACEFS/events/$e/enable; done
     # Lines: "task-pid [cpu] flags ts: event: fields"; µs out, one file
     # per kind.
-    touch /run/nfs-trace-rpc /run/nfs-trace-getattr /run/nfs-trace-fsync /run/nfs-trace-bdp /run/nfs-trace-dd
-    awk -v rpc=/run/nfs-trace-rpc -v ga=/run/nfs-trace-getattr -v fs=/run/nfs-trace-fsync -v bdp=/run/nfs-trace-bdp -v ddrpc=/run/nfs-trace-dd '
+    touch /run/nfs-trace-rpc /run/nfs-trace-getattr /run/nfs-trace-fsync /run/nfs-trace-bdp /run/nfs-trace-dd /run/nfs-trace-wint
+    awk -v rpc=/run/nfs-trace-rpc -v ga=/run/nfs-trace-getattr -v fs=/run/nfs-trace-fsync -v bdp=/run/nfs-trace-bdp -v ddrpc=/run/nfs-trace-dd -v wint=/run/nfs-trace-wint '
         /^#/ { next }
         {
             for (i = 2; i < NF && $i !~ /^[0-9]+\.[0-9]+:$/; i++);
@@ -279,6 +281,7 @@ nfs_trace_report() {
             for (j = i + 3; j <= NF; j++) if ($j ~ /^backlog=/) { proc = $(j - 1); break }
             print proc, f["backlog"], f["rtt"], f["execute"] > rpc
             if (comm == "dd") print proc, f["execute"] > ddrpc
+            if (proc == "WRITE") printf "%.6f %s\n", ts - f["execute"] / 1e6, ts > wint
             if (pid in gstart) { grpc[pid] += f["execute"]; gback[pid] += f["backlog"]; grtt[pid] += f["rtt"] }
         }
         ev == "nfs_getattr_enter:" && (comm == "stat" || comm == "ls") { gstart[pid] = ts; grpc[pid] = gback[pid] = grtt[pid] = 0 }
@@ -297,6 +300,13 @@ nfs_trace_report() {
         awk -v p=$p '$1 == p { print $2, $3, $4 }' /run/nfs-trace-rpc >/run/nfs-trace-$p 2>/dev/null
         measure "$1-trace-$p" "p50/p99/max ms (n): backlog $(pcts 1 /run/nfs-trace-$p), rtt $(pcts 2 /run/nfs-trace-$p), execute $(pcts 3 /run/nfs-trace-$p)"
     done
+    # When the link carried none of the copy: the gaps between WRITEs in
+    # flight (each from when it was queued to its reply), first to last.
+    measure "$1-trace-link" "$(sort -n /run/nfs-trace-wint | awk '
+        NR == 1 { first = $1; e = $2; next }
+        $1 > e { g = $1 - e; idle += g; if (g > 0.05) { n++; if (g > mx) mx = g } }
+        $2 > e { e = $2 }
+        END { printf "WRITEs from the first to the last %.2f s, none in flight for %.2f s of it (%d gaps over 50 ms, the longest %d ms)", e - first, idle, n, mx * 1000 }')"
     measure "$1-trace-getattr" "stat's and ls's nfs_getattr p50/p99/max ms (n): in all $(pcts 1 /run/nfs-trace-getattr), waiting for the file's WRITEs $(pcts 3 /run/nfs-trace-getattr), in its GETATTR RPCs $(pcts 2 /run/nfs-trace-getattr) (of them backlog $(pcts 4 /run/nfs-trace-getattr), rtt $(pcts 5 /run/nfs-trace-getattr))"
     # The rest of the probe's time: the RPCs it waits for itself (OPEN,
     # SETATTR for the truncation, CLOSE...), by procedure.
