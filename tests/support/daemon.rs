@@ -232,6 +232,11 @@ impl Daemon {
         }
     }
 
+    /// Its exit status if it has already exited by itself.
+    pub fn exited(&mut self) -> Result<Option<ExitStatus>> {
+        Ok(self.child.try_wait()?)
+    }
+
     /// SIGKILL: the daemon gets no chance to clean up (a crash).
     pub fn kill(mut self) -> Result<String> {
         self.child.kill()?;
