@@ -89,6 +89,10 @@ pub struct Band {
     pub lo: f64,
     pub hi: f64,
     pub higher_is_better: bool,
+    /// The commit and runs this band came from (bands of other groups can
+    /// be kept from an earlier baseline: see merge).
+    #[serde(default)]
+    pub made_on: String,
 }
 
 /// Each kept figure of one run: (group, metric, ratio, default's value).
@@ -168,7 +172,15 @@ fn bands(runs: &[Vec<(String, String, f64, f64)>], made_on: &str) -> Result<Base
                 fs.push(word.to_string());
             }
         }
-        bands.push(Band { group, metric, ratios, lo: (min - slack).max(0.0), hi: max + slack, higher_is_better });
+        bands.push(Band {
+            group,
+            metric,
+            ratios,
+            lo: (min - slack).max(0.0),
+            hi: max + slack,
+            higher_is_better,
+            made_on: made_on.to_string(),
+        });
     }
     Ok(Baseline { made_on: made_on.to_string(), fs, bands })
 }
@@ -188,8 +200,24 @@ pub fn merge(new: Baseline, old: Option<Baseline>) -> Baseline {
             fs.push(f);
         }
     }
-    let made_on = format!("{}; {} band(s) kept from {}", new.made_on, kept.len(), old.made_on);
-    Baseline { made_on, fs, bands: kept.into_iter().chain(new.bands).collect() }
+    let bands: Vec<Band> = kept
+        .into_iter()
+        .map(|b| if b.made_on.is_empty() { Band { made_on: old.made_on.clone(), ..b } } else { b })
+        .chain(new.bands)
+        .collect();
+    Baseline { made_on: provenance(&bands), fs, bands }
+}
+
+/// Where the bands came from, each source once: "X (N bands); Y (M bands)".
+fn provenance(bands: &[Band]) -> String {
+    let mut sources: Vec<(&str, usize)> = Vec::new();
+    for b in bands {
+        match sources.iter_mut().find(|s| s.0 == b.made_on) {
+            Some(s) => s.1 += 1,
+            None => sources.push((&b.made_on, 1)),
+        }
+    }
+    sources.iter().map(|(m, n)| format!("{m} ({n} bands)")).collect::<Vec<_>>().join("; ")
 }
 
 pub fn load() -> Result<Baseline> {
@@ -299,6 +327,7 @@ mod tests {
             lo: 0.97,
             hi: 1.03,
             higher_is_better: true,
+            made_on: String::new(),
         };
         assert_eq!(verdict(&up, 1.1), "BETTER");
         assert_eq!(verdict(&up, 0.9), "WORSE");
@@ -316,7 +345,11 @@ mod tests {
         let groups: Vec<(&str, f64)> = m.bands.iter().map(|b| (b.group.as_str(), b.ratios[0])).collect();
         assert_eq!(groups, [(capped, 0.01), (raw, 0.1)]);
         assert_eq!(m.fs, ["ext4", "xfs"]);
-        assert_eq!(m.made_on, "new; 1 band(s) kept from old");
+        assert_eq!(m.made_on, "old (1 bands); new (1 bands)");
+        // Merged again, each band still names its own source, not the
+        // whole earlier chain.
+        let newer = bands(&[fig(raw, 0.2)], "newer").unwrap();
+        assert_eq!(merge(newer, Some(m)).made_on, "old (1 bands); newer (1 bands)");
     }
 
     #[test]
