@@ -41,10 +41,14 @@ const NETWORK_DIRTY_SECONDS: f64 = 0.5;
 /// Each sync_file_range on NFS ends with a COMMIT of the file, which the
 /// server turns into an fsync: a 512 MiB cp over the emulated Wi-Fi link on
 /// 6.12 took 0.97-1.06x the default's time to `sync` done with 102-120
-/// COMMITs, against 1.01-1.08x and 416 in 2 MiB windows.  Not under the
-/// global limit (6.1): there two chunks in flight filled the whole limit,
-/// which held back the SMB server answering them (smbd on the same guest)
-/// until the copy crawled at 1.3 MiB/s.
+/// COMMITs, against 1.01-1.08x and 416 in 2 MiB windows.  Not yet under
+/// the global limit (6.1), where what is in flight counts against the limit
+/// every writer shares: with the floor there the Wi-Fi copy took 0.90-1.16x
+/// (gigabit 1.00x), without it 0.90-1.18x (1.13x), one guest run each, too
+/// close to decide.  An SMB copy crawled in both runs, so the floor was not
+/// its cause: cifs keeps 15 MiB in writeback whatever the chunks, nearly
+/// the whole 16 MiB limit, and the SMB server on the same guest, throttled
+/// at that limit, drains it at 0.4 MiB/s.
 const NETWORK_WINDOW_SECONDS: f64 = 0.25;
 /// A fast device is paced once its dirty and writeback pages pass this many
 /// budgets of one writer, or a writer of small files (SMALL_FILES) counts.
