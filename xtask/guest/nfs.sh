@@ -24,7 +24,9 @@
 # 5.8) and of the server's disk.  /proc/self/mountstats' WRITE and COMMIT
 # counts before and after show when the client committed.  The total runs
 # from the copy's start to `sync` done.  The guest's CPU (busy share of all
-# its CPUs) and the daemon's own CPU time are taken around each copy.
+# its CPUs) and the daemon's own CPU time are taken around each copy, and
+# in the full run the kernel's tracepoints say where the waits went
+# (nfs_trace_start / nfs_trace_report).
 #
 # Scaled for TCG, as usb.sh: quick copies one 128 MiB file over 4.2 (the
 # newest kernel only, NFS_ON); full a 512 MiB file over 4.2 at 30 MiB/s
