@@ -482,13 +482,7 @@ fn the_lock_is_root_s_whatever_the_umask() -> Result<()> {
     // emulation, beside the host tests, flock printed its refusal after
     // the 300 ms were up and the test took the slow start for a hold.
     let mut holder = as_nobody("flock").args(["-n", lock, "sleep", "60"]).spawn()?;
-    let asked = std::time::Instant::now();
-    let mut exited = holder.try_wait()?;
-    while exited.is_none() && asked.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-        exited = holder.try_wait()?;
-    }
-    let held = exited.is_none_or(|status| status.success());
+    let held = wait_child(&mut holder, Duration::from_secs(10))?.is_none_or(|status| status.success());
     let started = Daemon::start();
     let _ = holder.kill();
     let _ = holder.wait();

@@ -306,7 +306,7 @@ pub fn run_writebehindd(args: &[&str], within: Duration) -> Result<(ExitStatus, 
 }
 
 /// The child's exit status, or None if it still runs after `within`.
-fn wait_child(child: &mut Child, within: Duration) -> Result<Option<ExitStatus>> {
+pub fn wait_child(child: &mut Child, within: Duration) -> Result<Option<ExitStatus>> {
     let deadline = Instant::now() + within;
     loop {
         if let Some(st) = child.try_wait()? {

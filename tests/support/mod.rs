@@ -18,7 +18,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 pub use cgroup::{Cgroup, V1Limit};
-pub use daemon::{Daemon, log_field, stopped_counter};
+pub use daemon::{Daemon, log_field, stopped_counter, wait_child};
 pub use device::{BindMount, LoopDevice, Mounted, mountinfo_dev};
 pub use fuse::{FUSE_HANG, FUSE_NOFLUSH, FUSE_SLOW, PYTHON, RootFuse, await_line};
 pub use knob::{BdiKnobs, Knob, VmLimits};
