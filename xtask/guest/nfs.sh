@@ -299,7 +299,7 @@ nfs_trace_report() {
     : >$TRACEFS/trace
     local p
     for p in WRITE COMMIT GETATTR; do
-        awk -v p=$p '$1 == p { print $2, $3, $4 }' /run/nfs-trace-rpc >/run/nfs-trace-$p 2>/dev/null
+        awk -v p=$p '$1 == p { print $2, $3, $4 }' /run/nfs-trace-rpc >/run/nfs-trace-$p
         measure "$1-trace-$p" "p50/p99/max ms (n): backlog $(pcts 1 /run/nfs-trace-$p), rtt $(pcts 2 /run/nfs-trace-$p), execute $(pcts 3 /run/nfs-trace-$p)"
     done
     # When the link carried none of the copy: the gaps between WRITEs in
@@ -318,7 +318,7 @@ nfs_trace_report() {
         rpcs+=("$q $(pcts 1 /run/nfs-trace-q)")
     done
     measure "$1-trace-fsync" "the probe's nfs_file_fsync p50/p99/max ms (n): $(pcts 1 /run/nfs-trace-fsync); its own RPCs' execute: ${rpcs[*]:-none}"
-    measure "$1-trace-throttled" "cp paused in balance_dirty_pages $(wc -l </run/nfs-trace-bdp 2>/dev/null || echo 0) times, $(awk '{ s += $1 } END { printf "%.2f", s / 1e6 }' /run/nfs-trace-bdp 2>/dev/null) s in all, p50/p99/max ms $(pcts 1 /run/nfs-trace-bdp)"
+    measure "$1-trace-throttled" "cp paused in balance_dirty_pages $(wc -l </run/nfs-trace-bdp) times, $(awk '{ s += $1 } END { printf "%.2f", s / 1e6 }' /run/nfs-trace-bdp) s in all, p50/p99/max ms $(pcts 1 /run/nfs-trace-bdp)"
     rm -f /run/nfs-trace-*
 }
 
