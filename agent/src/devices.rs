@@ -46,9 +46,7 @@ const NETWORK_DIRTY_SECONDS: f64 = 0.5;
 /// every writer shares: with the floor there the Wi-Fi copy took 0.90-1.16x
 /// (gigabit 1.00x), without it 0.90-1.18x (1.13x), one guest run each, too
 /// close to decide.  An SMB copy crawled in both runs, so the floor was not
-/// its cause: cifs keeps 15 MiB in writeback whatever the chunks, nearly
-/// the whole 16 MiB limit, and the SMB server on the same guest, throttled
-/// at that limit, drains it at 0.4 MiB/s.
+/// its cause (Backing::global_lever says what was).
 const NETWORK_WINDOW_SECONDS: f64 = 0.25;
 /// A fast device is paced once its dirty and writeback pages pass this many
 /// budgets of one writer, or a writer of small files (SMALL_FILES) counts.
@@ -158,7 +156,7 @@ impl DeviceShared {
 
     /// Whether a network filesystem is behind the device (NFS, SMB).
     pub fn network(&self) -> bool {
-        self.backing() == Backing::Network
+        self.backing().network()
     }
 
     /// Whether closing a file of the device may wait for a server
@@ -366,8 +364,15 @@ impl Devices {
                     );
                 }
                 *dev.shared.backing.lock().unwrap() = backing;
-                if backing == Backing::Network {
+                if backing.network() {
                     dev.export = mounts.iter().find(|m| m.dev == sb_dev).map(|m| m.source.clone());
+                }
+                if !backing.global_lever() && !dev.own_limit {
+                    tracing::info!(
+                        bdi,
+                        backing = %backing.describe(),
+                        "no dirty limit of its own: windows only, the global limit stays the administrator's"
+                    );
                 }
             }
             if let Some(m) = &mut self.map {
@@ -471,6 +476,7 @@ impl Devices {
             return;
         };
         pacing &= self.policy.pace_user_devices || !dev.shared.user_made();
+        pacing &= dev.own_limit || dev.shared.backing().global_lever();
         let (bw, capacity) = dev.shared.rates();
         dev.fast |= capacity >= FAST_DEVICE;
         let floor = dev.floor(bw);
@@ -763,6 +769,28 @@ mod tests {
             disk.chunk() < quarter && d.devs["7:0"].entry(bw, false).floor < quarter,
             "the global limit: as a disk"
         );
+        d.shutdown();
+    }
+
+    #[test]
+    fn an_smb_share_is_paced_under_its_own_limit_and_not_under_the_global_one() {
+        let sysfs = crate::pacing::tests::FakeSysfs::new("smb-lever");
+        let mut d = Devices::new(Policy::embedded_default(), None, sysfs.pacer());
+        const MIB: u64 = 1 << 20;
+        let writing = HashMap::from([("7:0".to_owned(), Active { writers: 1, windowed: 1 })]);
+        disk_holding(&mut d, 26 * MIB, 8 * MIB);
+        *d.devs["7:0"].shared.backing.lock().unwrap() = Backing::Smb;
+        d.tick(&writing, false);
+        assert_ne!(d.budget("7:0"), 0, "its own limit holds it alone");
+        d.devs.get_mut("7:0").unwrap().own_limit = false;
+        d.tick(&writing, false);
+        assert_eq!(d.budget("7:0"), 0, "the global limit: released");
+        assert!(!d.pacer.is_paced("7:0"));
+        d.tick(&writing, false);
+        assert_eq!(d.budget("7:0"), 0, "and not paced again");
+        *d.devs["7:0"].shared.backing.lock().unwrap() = Backing::Network;
+        d.tick(&writing, false);
+        assert_ne!(d.budget("7:0"), 0, "NFS is");
         d.shutdown();
     }
 
