@@ -464,6 +464,13 @@ pub(crate) mod tests {
             me.set("max_bytes", "1000000000");
             me
         }
+        /// Another bdi, its knobs as 7:0's were at the start.
+        pub(crate) fn add(&self, bdi: &str) {
+            fs::create_dir_all(self.dir.join(bdi)).unwrap();
+            for k in ["max_ratio_fine", "strict_limit", "max_bytes"] {
+                fs::copy(self.dir.join("7:0").join(k), self.dir.join(bdi).join(k)).unwrap();
+            }
+        }
         fn set(&self, k: &str, v: &str) {
             fs::write(self.dir.join("7:0").join(k), v).unwrap();
         }
