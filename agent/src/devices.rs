@@ -428,7 +428,7 @@ impl Devices {
     /// active streaming writers.
     pub fn tick(&mut self, active: &HashMap<String, Active>, on_battery: bool) {
         self.on_battery = on_battery;
-        let yielding = self.yield_global();
+        let yielding = self.policy.pacing && self.yield_global();
         if yielding != self.yielding_global {
             self.yielding_global = yielding;
             if yielding {
@@ -476,16 +476,21 @@ impl Devices {
     }
 
     /// Whether a device the global limit must not pace (Backing::
-    /// global_lever) is being written without a limit of its own.  Then no
-    /// device is paced through it: a limit low enough to pace one holds
-    /// every writer, that one's too, and it fills with that one's own
-    /// writeback.  On 6.1, with the SMB share itself unpaced, the
-    /// 512 MiB cp still took 35.8 s against the default's 20.5 (216
-    /// pauses in balance_dirty_pages, 19 s), under the limit set for the
-    /// disk smbd wrote on the same machine.
+    /// global_lever) and without a limit of its own is being written, or
+    /// still holds what was written: until its last writer's pages could
+    /// have drained at its bandwidth, or while its flusher thread is
+    /// stalled (a silent server: its pages stay).  Then no device is paced
+    /// through the global limit: one low enough to pace any device holds
+    /// every writer, and it fills with that device's pages.  On 6.1, with
+    /// the SMB share itself unpaced, the 512 MiB cp still took 35.8 s
+    /// against the default's 20.5 (216 pauses in balance_dirty_pages, 19 s)
+    /// while another device was paced through the global limit.
     fn yield_global(&self) -> bool {
         self.devs.values().any(|d| {
-            !d.own_limit && !d.shared.backing().global_lever() && d.last_busy.is_some_and(|t| t.elapsed() < LINGER)
+            let drained = LINGER + Duration::from_secs_f64(d.dirty as f64 / d.shared.bandwidth().max(1) as f64);
+            !d.own_limit
+                && !d.shared.backing().global_lever()
+                && (d.last_busy.is_some_and(|t| t.elapsed() < drained) || d.shared.stalled().is_some())
         })
     }
 
@@ -835,10 +840,21 @@ mod tests {
         assert!(!d.pacer.is_paced("7:0") && !d.pacer.is_paced("7:1"));
         d.tick(&writing, false);
         assert_eq!((d.budget("7:0"), d.budget("7:1")), (0, 0), "nor at the next tick");
-        // The share's writer gone LINGER ago: the disk is paced again.
-        let before = Instant::now().checked_sub(LINGER * 2);
-        d.devs.get_mut("7:0").unwrap().last_busy = before;
+        // The share's writer gone LINGER ago, its 8 MiB not yet drained
+        // at 2 MiB/s: nothing paced yet.
         let disk_only = HashMap::from([("7:1".to_owned(), one)]);
+        let share = d.devs["7:0"].shared.clone();
+        share.sample(2 * MIB, Duration::from_secs(1));
+        d.devs.get_mut("7:0").unwrap().last_busy = Instant::now().checked_sub(LINGER * 2);
+        d.tick(&disk_only, false);
+        assert_eq!(d.budget("7:1"), 0, "the share's pages still draining");
+        // Nor while its server does not answer.
+        d.devs.get_mut("7:0").unwrap().last_busy = Instant::now().checked_sub(LINGER * 10);
+        let waiting = share.waiting();
+        *share.waiting.lock().unwrap() = Instant::now().checked_sub(STALLED + Duration::from_secs(1));
+        d.tick(&disk_only, false);
+        assert_eq!(d.budget("7:1"), 0, "the share stalled");
+        drop(waiting);
         d.tick(&disk_only, false);
         assert!(d.budget("7:0") == 0 && d.budget("7:1") != 0, "the share done: the disk paced again");
         *d.devs["7:0"].shared.backing.lock().unwrap() = Backing::Network;

@@ -617,8 +617,13 @@ smb_run() {
     share_mounted smb 3.1.1 "$(find /sys/class/bdi -name 'cifs-*' -printf '%f\n' | sort -t- -k2 -n | tail -1)"
     pass smb-mount "$client_bdi on $(stat -fc %T $NFS_MNT)"
     nfs_copy cp default
+    local since; since=$(date +%s)
     nfs_copy cp daemon
     measure smb-in-status "$(wbctl status | grep -F "$client_bdi" | head -1)"
+    # What the daemon paced meanwhile, and when it left the global limit
+    # alone (6.1): its own log lines.
+    measure smb-daemon-log "$(journalctl -b -u writebehindd -o cat --no-pager --since "@$since" |
+        grep -E 'capping|global|SMB|released' | tail -8 | tr '\n' '|')"
     umount $NFS_MNT
     systemctl stop smbd
 }
