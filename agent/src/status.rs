@@ -50,7 +50,7 @@ pub struct DeviceStatus {
     /// "global" (vm.dirty_bytes); empty when not paced.
     #[serde(default)]
     pub lever: String,
-    /// What backs it ("disk", "network", "fuse (uid 1000's)", ...): a
+    /// What backs it ("disk", "network", "network (smb)", "fuse (uid 1000's)", ...): a
     /// device a user made drives no lever unless the policy says so.
     #[serde(default)]
     pub backing: String,
