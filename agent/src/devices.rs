@@ -400,6 +400,7 @@ impl Devices {
             dev.last_small_files = Some(now);
         }
         if dev.budget == 0 && self.policy.pacing {
+            self.update_yield();
             self.tick_one(bdi, Active { writers: 1, windowed: 1 });
         }
     }
@@ -428,17 +429,7 @@ impl Devices {
     /// active streaming writers.
     pub fn tick(&mut self, active: &HashMap<String, Active>, on_battery: bool) {
         self.on_battery = on_battery;
-        let yielding = self.policy.pacing && self.yield_global();
-        if yielding != self.yielding_global {
-            self.yielding_global = yielding;
-            if yielding {
-                tracing::info!(
-                    "an SMB share is written without a dirty limit of its own: the global limit is the administrator's until it is done"
-                );
-            } else {
-                tracing::info!("no SMB share written any more: the global limit paces again");
-            }
-        }
+        self.update_yield();
         let bdis: Vec<String> = self.devs.keys().cloned().collect();
         for bdi in bdis {
             let a = active.get(&bdi).copied().unwrap_or_default();
@@ -486,12 +477,27 @@ impl Devices {
     /// against the default's 20.5 (216 pauses in balance_dirty_pages, 19 s)
     /// while another device was paced through the global limit.
     fn yield_global(&self) -> bool {
-        self.devs.values().any(|d| {
+        self.devs.values().filter(|d| !d.own_limit && !d.shared.backing().global_lever()).any(|d| {
             let drained = LINGER + Duration::from_secs_f64(d.dirty as f64 / d.shared.bandwidth().max(1) as f64);
-            !d.own_limit
-                && !d.shared.backing().global_lever()
-                && (d.last_busy.is_some_and(|t| t.elapsed() < drained) || d.shared.stalled().is_some())
+            d.last_busy.is_some_and(|t| t.elapsed() < drained) || d.shared.stalled().is_some()
         })
+    }
+
+    /// Decides `yield_global` for every device of this tick (or of a
+    /// writer that just counted), and logs when it changes.
+    fn update_yield(&mut self) {
+        let yielding = self.policy.pacing && self.yield_global();
+        if yielding == self.yielding_global {
+            return;
+        }
+        self.yielding_global = yielding;
+        if yielding {
+            tracing::info!(
+                "an SMB share is written without a dirty limit of its own: the global limit is the administrator's until it is done"
+            );
+        } else {
+            tracing::info!("no SMB share written any more: the global limit paces again");
+        }
     }
 
     /// Whether the device has a record (an event named it lately).
@@ -500,7 +506,7 @@ impl Devices {
     }
 
     fn tick_one(&mut self, bdi: &str, active: Active) {
-        let yield_global = self.yield_global();
+        let yield_global = self.yielding_global;
         let sizing = self.sizing();
         let mut pacing = self.policy.pacing && !(self.on_battery && self.policy.on_battery == OnBattery::Off);
         let fixed = self.initial_window();
