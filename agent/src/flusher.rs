@@ -552,6 +552,13 @@ impl Submitter {
             }
             Err(kind) => {
                 self.counters.error(kind);
+                tracing::debug!(
+                    ino = closed.ino,
+                    generation = closed.generation,
+                    fs_root = closed.fs_root,
+                    error = kind.name(),
+                    "closed file not reached"
+                );
                 None
             }
         }
