@@ -77,8 +77,8 @@ usb_run() {
     # disk's (the journal, the test's files).
     peaks $peak_file "$bdi" - &
     sampler=$!
-    local lever_file=/run/usb-lever lever=- poller=
-    echo - >$lever_file
+    local lever_file=/run/usb-lever lever=- bw=- limit=0 poller=
+    echo - - 0 >$lever_file
     if [ "$mode" = daemon ]; then
         usb_lever "$bdi" $lever_file &
         poller=$!
@@ -96,7 +96,7 @@ usb_run() {
     local synced=$(date +%s%N)
     kill $sampler $poller
     wait $sampler $poller 2>/dev/null
-    lever=$(cat $lever_file)
+    read -r lever bw limit <$lever_file
     if [ "$mode" = daemon ]; then
         after=$(counters)
         closed="$(grew closed_files_flushed "$before" "$after") ($(grew closed_files_by_path "$before" "$after") by path), left to the kernel $(grew closed_files_left "$before" "$after")"
@@ -141,7 +141,7 @@ usb_run() {
     ((allowance * MIB > bps && allowance + beyond > bound)) && bound=$((allowance + beyond))
     name="usb-$fs-$tool-$((bps / MIB))MiBps"
     [ -n "$after" ] && echo "systest:   counters: $after"
-    measure "$name-$mode" "peak ${peak_mib} MiB (bound $bound MiB; the whole guest ${guest_mib}), copy $(secs "$t0" "$t1") s, sync $(secs "$t1" "$synced") s, umount $(secs "$t2" "$t3") s, closed files flushed $closed, lever $lever"
+    measure "$name-$mode" "peak ${peak_mib} MiB (bound $bound MiB; the whole guest ${guest_mib}), copy $(secs "$t0" "$t1") s, sync $(secs "$t1" "$synced") s, umount $(secs "$t2" "$t3") s, closed files flushed $closed, lever $lever, bandwidth $bw, global limit at most $((limit / MIB)) MiB"
     check "$name-$mode-exit-0" [ "$rc" = 0 ]
     check "$name-$mode-identical" [ $same = 1 ]
     # The daemon must not keep the stick busy; where umount fails with the
@@ -163,7 +163,24 @@ usb_run() {
     # On every kernel: where the stick has no strict_limit/max_bytes of its
     # own (before 6.2) the daemon paces through the global vm.dirty_bytes.
     check "$name-peak-within-2s" [ "$peak_mib" -le "$bound" ]
-    check "$name-sync-within-1s" [ $((synced - t1)) -le 1000000000 ]
+    # `sync` within a second; under the global lever within the time the
+    # stick takes to write the highest limit the daemon set, if longer.
+    # That one limit is every paced device's budget added up, and the
+    # stick's writer fills whatever room the others leave: in the 6.1
+    # guest journald's appends to the emulated root disk (40-98 MB/s)
+    # counted as a writer, the root disk was paced beside the stick at
+    # 12-29 MiB, and a gio copy's `sync` took 1.18 s, where the stick
+    # paced alone gave 0.13-0.14 s.
+    local sync_bound=1000000000
+    if [ "$lever" = global ] && ((limit * 1000000000 / bps > sync_bound)); then
+        sync_bound=$((limit * 1000000000 / bps))
+    fi
+    check "$name-sync-in-time" [ $((synced - t1)) -le $sync_bound ]
+    # What the daemon decided for the stick during a copy that missed a
+    # bound: when it capped it, at what estimate, and why.
+    if [ "$peak_mib" -gt "$bound" ] || [ $((synced - t1)) -gt $sync_bound ]; then
+        log_since $((t0 / 1000000000 - 1)) | grep -v DEBUG | tail -20 | sed 's/^/systest:   log: /'
+    fi
     # After `sync` nothing is dirty with either; what umount still does is
     # evict the copy's cached pages, which under TCG takes about a second for
     # the full run's 512 MiB with the kernel default too (6.1: 0.85-1.21 s),
@@ -177,13 +194,22 @@ usb_run() {
 }
 
 # Polls `wbctl status --json` every second for the lever pacing bdi $1
-# ("bdi": its own knobs, "global": vm.dirty_bytes) and keeps the last seen
-# in $2: reported, not checked (which lever is the daemon's choice).
+# ("bdi": its own knobs, "global": vm.dirty_bytes), the daemon's estimate of
+# its bandwidth and the highest global limit it set, and keeps them in $2
+# (lever, estimate, limit).  The lever and the estimate are reported, not
+# checked (which lever is the daemon's choice; the estimate says why a
+# window or a budget was the size it was); the limit bounds `sync`.
 usb_lever() {
-    local l
+    local json dev l b g lever=- limit=0
     while :; do
-        l=$(wbctl status --json 2>/dev/null | tr -d ' \n' | grep -o "\"bdi\":\"$1\"[^}]*" | sed -n 's/.*"lever":"\([a-z]*\)".*/\1/p')
-        [ -n "$l" ] && echo "$l" >"$2"
+        json=$(wbctl status --json 2>/dev/null | tr -d ' \n')
+        dev=$(echo "$json" | grep -o "{[^{}]*\"bdi\":\"$1\"[^{}]*}")
+        l=$(echo "$dev" | sed -n 's/.*"lever":"\([a-z]*\)".*/\1/p')
+        b=$(echo "$dev" | sed -n 's/.*"bandwidth":\([0-9]*\).*/\1/p')
+        g=$(echo "$json" | sed -n 's/.*"global_limits":{[^}]*"dirty_bytes":\([0-9]*\).*/\1/p')
+        [ -n "$l" ] && lever=$l
+        ((${g:-0} > limit)) && limit=$g
+        [ -n "$b" ] && echo "$lever $((b / MIB))MiB/s $limit" >"$2"
         sleep 1
     done
 }
@@ -289,7 +315,7 @@ usb_beside() {
     [ -n "$poller" ] && kill $poller
     wait $feeder $poller 2>/dev/null
     umount $STICK
-    beside[$mode]="$best MiB/s (the stick: $(cat $lever_file))"
+    beside[$mode]="$best MiB/s (the stick: $(cut -d" " -f1 $lever_file))"
     beside_mibs[$mode]=$best
 }
 declare -A beside beside_mibs
