@@ -145,7 +145,7 @@ usb_run() {
     ((allowance * MIB > bps && allowance + beyond > bound)) && bound=$((allowance + beyond))
     name="usb-$fs-$tool-$((bps / MIB))MiBps"
     [ -n "$after" ] && echo "systest:   counters: $after"
-    measure "$name-$mode" "peak ${peak_mib} MiB (bound $bound MiB; the whole guest ${guest_mib}), copy $(secs "$t0" "$t1") s, sync $(secs "$t1" "$synced") s, umount $(secs "$t2" "$t3") s, closed files flushed $closed, lever $lever, bandwidth $bw, global limit at most $(((limit + MIB - 1) / MIB)) MiB"
+    measure "$name-$mode" "peak ${peak_mib} MiB (bound $bound MiB; the whole guest ${guest_mib}), copy $(secs "$t0" "$t1") s, sync $(secs "$t1" "$synced") s, umount $(secs "$t2" "$t3") s, closed files flushed $closed, lever $lever, bandwidth $bw, global limit at the end $(((limit + MIB - 1) / MIB)) MiB"
     check "$name-$mode-exit-0" [ "$rc" = 0 ]
     check "$name-$mode-identical" [ $same = 1 ]
     # The daemon must not keep the stick busy; where umount fails with the
@@ -169,7 +169,7 @@ usb_run() {
     check "$name-peak-within-2s" [ "$peak_mib" -le "$bound" ]
     # `sync` within a second; where the daemon paced through the global
     # limit during the copy, within the time the stick takes to write the
-    # highest limit it set, if longer.  That one limit is every paced
+    # last limit it set, if longer.  That one limit is every paced
     # device's budget added up, and the stick's writer fills whatever room
     # the others leave: in the 6.1 guest journald's appends to the emulated
     # root disk (40-98 MB/s) counted as a writer, the root disk was paced
@@ -213,15 +213,19 @@ usb_lever() {
     done
 }
 
-# The highest vm.dirty_bytes of the copy, sampled every 0.1 s into $1:
-# only the daemon sets it in the guest, while it paces through the global
-# limit (0 otherwise).  A stick paced for a second and a half between two
-# of usb_lever's polls showed no lever there.
+# The last vm.dirty_bytes set during the copy, sampled every 0.1 s into
+# $1: only the daemon sets it in the guest, while it paces through the
+# global limit (0 otherwise).  The last, not the highest: the first limit
+# is written just above the dirty level of the moment (a writer's burst
+# allowance, the other devices' pages: 29-47 MiB in a 6.1 run) and comes
+# down in steps, and what the stick holds as the copy ends is what the
+# limit was then.  A stick paced for a second and a half between two of
+# usb_lever's polls showed no lever there.
 usb_limit() {
-    local l m=0
+    local l last=0
     while :; do
         read -r l </proc/sys/vm/dirty_bytes
-        ((l > m)) && m=$l && echo $m >"$1"
+        ((l != 0 && l != last)) && last=$l && echo $l >"$1"
         sleep 0.1
     done
 }
