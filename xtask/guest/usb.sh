@@ -95,12 +95,13 @@ usb_run() {
     esac
     rc=$?
     t1=$(date +%s%N)
+    # The limit as the copy ended: what `sync` then has to write.
+    limit=$(cat $limit_file)
     sync -f $STICK
     local synced=$(date +%s%N)
     kill $sampler $poller $limiter
     wait $sampler $poller $limiter 2>/dev/null
     read -r lever bw <$lever_file
-    limit=$(cat $limit_file)
     if [ "$mode" = daemon ]; then
         after=$(counters)
         closed="$(grew closed_files_flushed "$before" "$after") ($(grew closed_files_by_path "$before" "$after") by path), left to the kernel $(grew closed_files_left "$before" "$after")"
