@@ -77,14 +77,11 @@ usb_run() {
     # disk's (the journal, the test's files).
     peaks $peak_file "$bdi" - &
     sampler=$!
-    local lever_file=/run/usb-lever lever=- bw=- poller= limit_file=/run/usb-limit limit=0 limiter=
+    local lever_file=/run/usb-lever lever=- bw=- poller= limit
     echo - - >$lever_file
-    echo 0 >$limit_file
     if [ "$mode" = daemon ]; then
         usb_lever "$bdi" $lever_file &
         poller=$!
-        usb_limit $limit_file &
-        limiter=$!
     fi
     t0=$(date +%s%N)
     case $tool in
@@ -95,12 +92,17 @@ usb_run() {
     esac
     rc=$?
     t1=$(date +%s%N)
-    # The limit as the copy ended: what `sync` then has to write.
-    limit=$(cat $limit_file)
+    # The global limit as the copy ended (only the daemon sets
+    # vm.dirty_bytes in the guest, while it paces through it; 0 otherwise):
+    # what the stick may hold for `sync` to write.  Not the highest of the
+    # copy: the first limit is written just above the dirty level of the
+    # moment (a writer's burst allowance, the other devices' pages: 29-47
+    # MiB in a 6.1 run) and comes down in steps.
+    read -r limit </proc/sys/vm/dirty_bytes
     sync -f $STICK
     local synced=$(date +%s%N)
-    kill $sampler $poller $limiter
-    wait $sampler $poller $limiter 2>/dev/null
+    kill $sampler $poller
+    wait $sampler $poller 2>/dev/null
     read -r lever bw <$lever_file
     if [ "$mode" = daemon ]; then
         after=$(counters)
@@ -169,8 +171,8 @@ usb_run() {
     # own (before 6.2) the daemon paces through the global vm.dirty_bytes.
     check "$name-peak-within-2s" [ "$peak_mib" -le "$bound" ]
     # `sync` within a second; where the daemon paced through the global
-    # limit during the copy, within the time the stick takes to write the
-    # last limit it set, if longer.  That one limit is every paced
+    # limit as the copy ended, within the time the stick takes to write
+    # that limit, if longer.  That one limit is every paced
     # device's budget added up, and the stick's writer fills whatever room
     # the others leave: in the 6.1 guest journald's appends to the emulated
     # root disk (40-98 MB/s) counted as a writer, the root disk was paced
@@ -211,23 +213,6 @@ usb_lever() {
         [ -n "$l" ] && lever=$l
         [ -n "$b" ] && echo "$lever $((b / MIB))MiB/s" >"$2"
         sleep 1
-    done
-}
-
-# The last vm.dirty_bytes set during the copy, sampled every 0.1 s into
-# $1: only the daemon sets it in the guest, while it paces through the
-# global limit (0 otherwise).  The last, not the highest: the first limit
-# is written just above the dirty level of the moment (a writer's burst
-# allowance, the other devices' pages: 29-47 MiB in a 6.1 run) and comes
-# down in steps, and what the stick holds as the copy ends is what the
-# limit was then.  A stick paced for a second and a half between two of
-# usb_lever's polls showed no lever there.
-usb_limit() {
-    local l last=0
-    while :; do
-        read -r l </proc/sys/vm/dirty_bytes
-        ((l != 0 && l != last)) && last=$l && echo $l >"$1"
-        sleep 0.1
     done
 }
 
