@@ -178,12 +178,12 @@ usb_run() {
     # root disk (40-98 MB/s) counted as a writer, the root disk was paced
     # beside the stick at 9-14 MiB, and a gio copy's `sync` took 0.48-1.18
     # s, where the stick paced alone gave 0.13-0.14 s.
-    local sync_bound=1000000000
-    ((limit * 1000000000 / bps > sync_bound)) && sync_bound=$((limit * 1000000000 / bps))
-    check "$name-sync-in-time" [ $((synced - t1)) -le $sync_bound ]
+    local sync_ns=$((synced - t1)) sync_bound=$((limit * 1000000000 / bps))
+    ((sync_bound < 1000000000)) && sync_bound=1000000000
+    check "$name-sync-in-time" [ $sync_ns -le $sync_bound ]
     # What the daemon decided for the stick during a copy that missed a
     # bound: when it capped it, at what estimate, and why.
-    if [ "$peak_mib" -gt "$bound" ] || [ $((synced - t1)) -gt $sync_bound ]; then
+    if [ "$peak_mib" -gt "$bound" ] || [ $sync_ns -gt $sync_bound ]; then
         log_since $((t0 / 1000000000 - 1)) | grep -v DEBUG | tail -20 | sed 's/^/systest:   log: /'
     fi
     # After `sync` nothing is dirty with either; what umount still does is
