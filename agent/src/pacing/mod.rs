@@ -1,0 +1,278 @@
+//! Pacing writers faster than their device.
+//!
+//! BPF cannot make a writer sleep; the kernel can.  A bdi's `max_bytes`
+//! (6.2+) caps the dirty data the device may hold, and `strict_limit` makes
+//! balance_dirty_pages() apply that cap even while the system as a whole is
+//! far below its limits — the kernel's own IO-less throttle then paces every
+//! dirtier of that device to its write bandwidth.  The agent sets them only
+//! while streaming writers are active on the device.  Where a kernel has no
+//! such knobs (before 6.2), the second lever is the global limit (`global`),
+//! chosen by feature, not by version.
+//!
+//! These are the administrator's settings.  Their values are journaled
+//! under /run before every write to a knob and put back when pacing ends,
+//! when the daemon stops, and, after a crash, when it starts again (or by
+//! `writebehindd --restore`).  A knob that no longer holds what the agent
+//! wrote was changed by someone else: the agent steps aside for that device
+//! (and neither restores nor touches it).
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+};
+
+use anyhow::Result;
+
+mod bdi;
+pub mod global;
+mod journal;
+
+use bdi::Entry;
+pub use global::{Global, GlobalLimits};
+
+pub const JOURNAL: &str = "/run/writebehindd/paced-bdis";
+pub const SYSFS_BDI: &str = "/sys/class/bdi";
+
+/// Which lever paces a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lever {
+    /// The bdi's own knobs where the kernel has them, else the global limit.
+    Auto,
+    /// The bdi's strict_limit and max_bytes only.
+    Bdi,
+    /// The global vm.dirty_bytes only (what kernels before 6.2 get; on a
+    /// newer one, to test it).
+    Global,
+}
+
+impl std::str::FromStr for Lever {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "bdi" => Ok(Self::Bdi),
+            "global" => Ok(Self::Global),
+            _ => Err(format!("pacing lever {s:?}: auto, bdi or global")),
+        }
+    }
+}
+
+pub struct Pacer {
+    choice: Lever,
+    global: Global,
+    root: PathBuf,
+    journal: PathBuf,
+    paced: HashMap<String, Entry>,
+    /// Devices whose knobs someone else changed while we paced them.
+    hands_off: HashSet<String>,
+    /// Devices a previous run had journaled, found at start.
+    recovered: usize,
+    /// Inside recover(): stepping aside is not for the whole run.
+    recovering: bool,
+    /// The kernel's lack of the knobs was logged.
+    unavailable_logged: bool,
+}
+
+impl Pacer {
+    /// A pacer for the real sysfs, after putting back what a previous run
+    /// of the daemon left set (it crashed or was killed); `writebehindd
+    /// --restore` is this alone.  One process at a time: the caller holds
+    /// the daemon's instance lock.
+    pub fn new(choice: Lever) -> Self {
+        Self::with_paths(SYSFS_BDI.into(), JOURNAL.into(), Global::new(), choice)
+    }
+
+    pub fn with_paths(root: PathBuf, journal: PathBuf, global: Global, choice: Lever) -> Self {
+        let mut me = Self {
+            choice,
+            global,
+            root,
+            journal,
+            paced: HashMap::new(),
+            hands_off: HashSet::new(),
+            recovered: 0,
+            recovering: false,
+            unavailable_logged: false,
+        };
+        me.recover();
+        me
+    }
+
+    /// The lever for this device, if any: the bdi's own knobs where it has
+    /// them (a bdi keeps them), else the global limit.
+    pub fn lever(&self, bdi: &str) -> Option<Lever> {
+        let knobs = self.knob(bdi, "max_bytes").exists() && self.knob(bdi, "strict_limit").exists();
+        match self.choice {
+            Lever::Auto | Lever::Bdi if knobs => Some(Lever::Bdi),
+            Lever::Auto | Lever::Global if self.global.available() => Some(Lever::Global),
+            _ => None,
+        }
+    }
+
+    /// How many seconds of the device's bandwidth its budget should be, for
+    /// a policy that asks for `dirty_seconds`: the global lever needs more
+    /// on a fast device (global::MIN_DIRTY_SECONDS).
+    pub fn dirty_seconds(&self, bdi: &str, dirty_seconds: f64) -> f64 {
+        match self.lever(bdi) {
+            Some(Lever::Global) => dirty_seconds.max(global::MIN_DIRTY_SECONDS),
+            _ => dirty_seconds,
+        }
+    }
+
+    /// Whether the device can be paced at all.
+    pub fn available(&self, bdi: &str) -> bool {
+        self.lever(bdi).is_some()
+    }
+
+    /// How many sets of values a previous run had left journaled (restored
+    /// at start unless changed by hand since): each bdi, and the global
+    /// limits.
+    pub fn recovered(&self) -> usize {
+        self.recovered + self.global.recovered() as usize
+    }
+
+    /// Someone else changed the device's knobs: it is not paced again.
+    pub fn stepped_aside(&self, bdi: &str) -> bool {
+        self.hands_off.contains(bdi) || (self.global.stepped_aside() && self.lever(bdi).is_none())
+    }
+
+    pub fn is_paced(&self, bdi: &str) -> bool {
+        self.paced.contains_key(bdi) || self.global.is_paced(bdi)
+    }
+
+    /// How a paced device is paced ("bdi" or "global"), for status.
+    pub fn lever_of(&self, bdi: &str) -> &'static str {
+        if self.paced.contains_key(bdi) {
+            "bdi"
+        } else if self.global.is_paced(bdi) {
+            "global"
+        } else {
+            ""
+        }
+    }
+
+    /// The global limits in force, while the agent's are.
+    pub fn global_status(&self) -> Option<GlobalLimits> {
+        self.global.status()
+    }
+
+    /// Every device tick: the global limit steps down towards the budgets.
+    pub fn tick(&mut self) {
+        self.global.tick();
+    }
+
+    /// Caps `bdi` at `budget` dirty bytes, strictly.  Returns false if the
+    /// agent stepped aside for this device.
+    pub fn pace(&mut self, bdi: &str, budget: u64) -> Result<bool> {
+        match self.lever(bdi) {
+            Some(Lever::Bdi) => {}
+            Some(_) => return self.global.pace(bdi, budget),
+            None => {
+                if !std::mem::replace(&mut self.unavailable_logged, true) {
+                    tracing::warn!(
+                        bdi,
+                        "no per-device strict_limit/max_bytes and no global dirty limits to use: devices are not paced"
+                    );
+                }
+                return Ok(false);
+            }
+        }
+        if self.hands_off.contains(bdi) {
+            return Ok(false);
+        }
+        let now = self.read(bdi)?;
+        let first = !self.paced.contains_key(bdi);
+        let original = match self.paced.get(bdi) {
+            Some(e) if !e.holds_ours(&now) => {
+                self.step_aside(bdi, &now);
+                return Ok(false);
+            }
+            Some(e) => e.original.clone(),
+            None => now,
+        };
+        // Never above the cap the administrator's ratio gave the device (a
+        // FUSE bdi's is 1 % of the system's limit): with a few streams a
+        // budget is more, and pacing raised it.
+        let budget = match (original.max_ratio_fine.parse::<u64>(), self.global.kernel_threshold()) {
+            (Ok(ppm), Some(limit)) if ppm < 1_000_000 => budget.min((limit as u128 * ppm as u128 / 1_000_000) as u64),
+            _ => budget,
+        };
+        // Journal first, before every write and not only the first one: a
+        // kill between a re-pace's writes must not lose the administrator's
+        // values either.
+        self.journal_writing(bdi, &original)?;
+        let wrote = self.write_cap(bdi, budget, &original);
+        // Succeeded or not, what the knobs hold now is the agent's doing:
+        // release compares against it (keeping the entry of an earlier
+        // value here made a refused re-pace look like the administrator's
+        // hand, and strict_limit stayed set).
+        let ours = self.read(bdi)?;
+        self.paced.insert(bdi.to_owned(), Entry { original, ours: Some(ours) });
+        self.save_journal()?;
+        wrote?;
+        if first {
+            tracing::info!(bdi, budget, "pacing on: bdi strict_limit with max_bytes");
+        }
+        Ok(true)
+    }
+
+    /// `bdi` stopped answering with `held` bytes dirty or under writeback.
+    /// Under the global lever it gives up its budget (`Global::stall`); its
+    /// own knobs hold its pages to itself, and stay as they are.
+    pub fn stall(&mut self, bdi: &str, held: u64) {
+        self.global.stall(bdi, held);
+    }
+
+    /// Whether `bdi` gave up its budget (`stall`): to be paced again once
+    /// it answers.
+    pub fn is_stalled(&self, bdi: &str) -> bool {
+        self.global.is_stalled(bdi)
+    }
+
+    /// Puts the administrator's values back on `bdi`.
+    pub fn release(&mut self, bdi: &str) {
+        self.global.release(bdi);
+        let Some(e) = self.paced.get(bdi).cloned() else {
+            return;
+        };
+        match self.read(bdi) {
+            Ok(now) if e.holds_ours(&now) => {
+                // Restoring is two writes too: killed between them, the
+                // knobs hold neither the agent's values nor the original.
+                // Without a journal, restoring still beats leaving them.
+                if let Err(err) = self.journal_writing(bdi, &e.original) {
+                    tracing::warn!(bdi, error = %format!("{err:#}"), "restoring bdi limits without a journal");
+                }
+                if let Err(err) = self.write(bdi, &e.original) {
+                    tracing::warn!(bdi, error = %format!("{err:#}"), "could not restore bdi limits");
+                } else {
+                    tracing::info!(bdi, "pacing off: bdi limits restored");
+                }
+            }
+            Ok(now) => self.step_aside(bdi, &now),
+            Err(err) => {
+                tracing::warn!(bdi, error = %format!("{err:#}"), "bdi gone before its limits were restored")
+            }
+        }
+        self.paced.remove(bdi);
+        let _ = self.save_journal();
+    }
+
+    /// Releases every device (daemon stopping).
+    pub fn release_all(&mut self) {
+        let bdis: Vec<String> = self.paced.keys().cloned().collect();
+        for bdi in bdis {
+            self.release(&bdi);
+        }
+        self.global.release_all();
+    }
+}
+
+impl Default for Pacer {
+    fn default() -> Self {
+        Self::new(Lever::Auto)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
