@@ -21,15 +21,20 @@
 //! Journaled and restored like the per-device knobs: before each write, on
 //! release, at exit, at the next start or by `writebehindd --restore`; a
 //! value that no longer holds what the agent wrote was changed by the
-//! administrator, and the lever is not used again in this run.
+//! administrator, and the lever is not used again in this run.  The
+//! protocol is `journal`'s; the knobs, their values and the journal's line
+//! are in `limits`.  Here: `Global`, which sums the budgets and steps the
+//! limit down to them.
 
-use std::{
-    collections::HashMap,
-    fs,
-    path::{Path, PathBuf},
-};
+use std::{collections::HashMap, path::PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
+
+mod limits;
+
+use super::journal::{Journal, Knobs, Restore};
+use limits::{KEY, Vm, threshold_pages};
+pub use limits::{Limits, dirty_pages};
 
 pub const JOURNAL: &str = "/run/writebehindd/dirty-limits";
 pub const PROC_VM: &str = "/proc/sys/vm";
@@ -63,34 +68,6 @@ const SLACK: u64 = 64;
 /// budget is their windows (four of at least 2 MiB), not their seconds.
 pub const MIN_DIRTY_SECONDS: f64 = 0.3;
 
-/// The four values, as the kernel reports them: in each pair the one that
-/// is not 0 is in force.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    pub dirty_bytes: u64,
-    pub dirty_ratio: u64,
-    pub background_bytes: u64,
-    pub background_ratio: u64,
-}
-
-impl Limits {
-    fn to_line(&self) -> String {
-        format!("{}\t{}\t{}\t{}", self.dirty_bytes, self.dirty_ratio, self.background_bytes, self.background_ratio)
-    }
-
-    /// As `wbctl status` shows them: "dirty_ratio=20 dirty_background_ratio=10".
-    pub fn describe(&self) -> String {
-        let one = |bytes: u64, ratio: u64, name: &str| {
-            if bytes != 0 { format!("{name}_bytes={bytes}") } else { format!("{name}_ratio={ratio}") }
-        };
-        format!(
-            "{} {}",
-            one(self.dirty_bytes, self.dirty_ratio, "dirty"),
-            one(self.background_bytes, self.background_ratio, "dirty_background")
-        )
-    }
-}
-
 /// What `wbctl status` reports while the lever is in use.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GlobalLimits {
@@ -103,20 +80,16 @@ pub struct GlobalLimits {
 }
 
 pub struct Global {
-    vm: PathBuf,
+    /// The limits' knobs, and while the agent's are in force, the
+    /// administrator's values journaled.
+    journal: Journal<Vm>,
     vmstat: PathBuf,
-    journal: PathBuf,
     page_size: u64,
     /// Paced devices and their budgets.
     budgets: HashMap<String, u64>,
     /// Devices that stopped answering (`stall`), and the dirty and
     /// writeback bytes they hold.
     stuck: HashMap<String, u64>,
-    /// The administrator's values, while the agent's are in force.
-    original: Option<Limits>,
-    /// The (dirty_bytes, dirty_background_bytes) the agent last wrote; None
-    /// while a write is under way (journaled as `*`).
-    ours: Option<(u64, u64)>,
     /// The limit in force, 0 when the administrator's are.
     limit: u64,
     /// The threshold the kernel enforced when the agent took the lever
@@ -148,14 +121,11 @@ impl Global {
     pub fn with_paths(vm: PathBuf, vmstat: PathBuf, journal: PathBuf) -> Self {
         let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
         let mut me = Self {
-            vm,
+            journal: Journal::new(Vm::new(vm), journal),
             vmstat,
-            journal,
             page_size,
             budgets: HashMap::new(),
             stuck: HashMap::new(),
-            original: None,
-            ours: None,
             limit: 0,
             ceiling: u64::MAX,
             hands_off: false,
@@ -170,7 +140,7 @@ impl Global {
     /// Whether the lever can be used: the knobs exist and nobody changed
     /// them under the agent in this run.
     pub fn available(&self) -> bool {
-        !self.hands_off && self.vm.join("dirty_bytes").exists()
+        !self.hands_off && self.journal.knobs.exists()
     }
 
     pub fn stepped_aside(&self) -> bool {
@@ -187,8 +157,9 @@ impl Global {
 
     /// The limits in force while the agent's are.
     pub fn status(&self) -> Option<GlobalLimits> {
-        let (o, (dirty_bytes, background_bytes)) = (self.original.as_ref()?, self.ours?);
-        Some(GlobalLimits { dirty_bytes, background_bytes, original: o.describe() })
+        let e = self.journal.get(KEY)?;
+        let (dirty_bytes, background_bytes) = e.ours?;
+        Some(GlobalLimits { dirty_bytes, background_bytes, original: e.original.describe() })
     }
 
     /// Paces `bdi` within `budget` bytes, with the other paced devices'
@@ -276,7 +247,7 @@ impl Global {
     /// Brings the limit a step closer to the paced devices' budgets (every
     /// device tick).
     pub fn tick(&mut self) {
-        if self.original.is_none() {
+        if !self.journal.contains(KEY) {
             self.undo_written_back();
         }
         if self.budgets.is_empty() || self.hands_off {
@@ -327,7 +298,7 @@ impl Global {
     /// the kernel's default.
     fn undo_written_back(&mut self) {
         let Some(original) = self.seen_original.clone() else { return };
-        let Ok(now) = self.read() else { return };
+        let Ok(now) = self.journal.knobs.read(KEY) else { return };
         // In each pair the bytes are in force where the ratio reads 0.
         let ours = |bytes: u64, ratio: u64| ratio == 0 && bytes != 0 && self.written.contains(&bytes);
         let zero =
@@ -343,21 +314,21 @@ impl Global {
             "the global dirty limits hold what this daemon wrote while pacing, though it paces nothing now \
              (a tool that saves and restores sysctls wrote them back): putting the administrator's values back"
         );
-        if let Err(e) = write_limits(&self.vm, &original) {
+        if let Err(e) = self.journal.knobs.write(KEY, &original) {
             tracing::warn!(error = %format!("{e:#}"), "could not restore the global dirty limits");
             self.seen_original = None; // not every tick
         }
     }
 
     fn apply(&mut self) -> Result<()> {
-        let now = self.read()?;
-        let original = match (&self.original, self.ours) {
-            (Some(o), Some(ours)) if (now.dirty_bytes, now.background_bytes) != ours => {
-                let o = o.clone();
+        let now = self.journal.knobs.read(KEY)?;
+        let original = match self.journal.get(KEY) {
+            Some(e) if !e.holds_ours(&now) => {
+                let o = e.original.clone();
                 return self.step_aside(&now, &o);
             }
-            (Some(o), _) => o.clone(),
-            (None, _) => {
+            Some(e) => e.original.clone(),
+            None => {
                 self.ceiling = self.threshold(&now);
                 now.clone()
             }
@@ -371,38 +342,26 @@ impl Global {
             return Ok(());
         }
         self.seen_original = Some(original.clone());
-        self.original = Some(original);
-        self.ours = None;
-        self.save_journal()?;
         let background = (want / 2).max(2 * self.page_size);
-        let wrote = write_value(&self.vm, "dirty_background_bytes", background)
-            .and_then(|()| write_value(&self.vm, "dirty_bytes", want));
-        let after = self.read()?;
-        self.ours = Some((after.dirty_bytes, after.background_bytes));
+        let (after, done) = self.journal.set(KEY, &original, |vm| vm.set_bytes(want, background))?;
         self.written.extend([after.dirty_bytes, after.background_bytes]);
         self.limit = want;
-        self.save_journal()?;
-        wrote
+        done
     }
 
     /// Puts the administrator's values back, if they still hold the agent's.
     fn restore(&mut self) -> Result<()> {
-        let Some(original) = self.original.clone() else {
+        let Some(original) = self.journal.get(KEY).map(|e| e.original.clone()) else {
             return Ok(());
         };
-        let now = self.read()?;
-        if let Some(ours) = self.ours
-            && (now.dirty_bytes, now.background_bytes) != ours
-        {
-            return self.step_aside(&now, &original);
+        match self.journal.restore(KEY) {
+            Restore::Done => {}
+            Restore::Changed(now) => return self.step_aside(&now, &original),
+            Restore::Unreadable(e) | Restore::Failed(e) => return Err(e),
         }
-        self.ours = None;
-        self.save_journal()?;
-        write_limits(&self.vm, &original)?;
         tracing::info!(limits = %original.describe(), "pacing off: global dirty limits restored");
-        self.original = None;
         self.limit = 0;
-        self.save_journal()
+        self.journal.forget(KEY)
     }
 
     fn step_aside(&mut self, now: &Limits, original: &Limits) -> Result<()> {
@@ -411,68 +370,35 @@ impl Global {
             "global dirty limits changed by someone else: not pacing through them any more, and leaving them as they are"
         );
         self.hands_off = true;
-        self.original = None;
-        self.ours = None;
         self.limit = 0;
         self.budgets.clear();
         self.stuck.clear();
-        self.save_journal()
+        self.journal.forget(KEY)
     }
 
     /// Restores what a killed run journaled, where the values still hold
     /// what it wrote.
     fn recover(&mut self) {
-        let Ok(text) = fs::read_to_string(&self.journal) else {
+        if !self.journal.load() {
             return;
-        };
-        match parse_journal(&text) {
-            Ok((original, ours)) => {
-                self.recovered = true;
-                self.seen_original = Some(original.clone());
-                self.written.extend(ours.iter().flat_map(|&(d, b)| [d, b]));
-                self.original = Some(original);
-                self.ours = ours;
-                tracing::info!("restoring global dirty limits left set by a previous run");
-                if let Err(e) = self.restore() {
-                    tracing::warn!(error = %format!("{e:#}"), "could not restore the global dirty limits");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(journal = %self.journal.display(), error = %format!("{e:#}"), "ignoring the journal")
+        }
+        if let Some(e) = self.journal.get(KEY).cloned() {
+            self.recovered = true;
+            self.seen_original = Some(e.original);
+            self.written.extend(e.ours.iter().flat_map(|&(d, b)| [d, b]));
+            tracing::info!("restoring global dirty limits left set by a previous run");
+            if let Err(e) = self.restore() {
+                tracing::warn!(error = %format!("{e:#}"), "could not restore the global dirty limits");
             }
         }
         // A change by hand since is the administrator's: this run may use
         // the lever again, journaling the values as they are now.
         self.hands_off = false;
-        let _ = fs::remove_file(&self.journal);
-    }
-
-    fn save_journal(&self) -> Result<()> {
-        let Some(o) = &self.original else {
-            let _ = fs::remove_file(&self.journal);
-            return Ok(());
-        };
-        let ours = self.ours.map_or_else(|| "*\t*".to_owned(), |(d, b)| format!("{d}\t{b}"));
-        let text = format!("{}\t{ours}\n", o.to_line());
-        super::journal::write_journal(&self.journal, &text)
+        self.journal.end_recovery();
     }
 
     fn dirty(&self) -> Result<u64> {
         Ok(dirty_pages(&self.vmstat)? * self.page_size)
-    }
-
-    fn read(&self) -> Result<Limits> {
-        let r = |n: &str| -> Result<u64> {
-            let p = self.vm.join(n);
-            let s = fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-            s.trim().parse().with_context(|| format!("{}: {s:?} is not a number", p.display()))
-        };
-        Ok(Limits {
-            dirty_bytes: r("dirty_bytes")?,
-            dirty_ratio: r("dirty_ratio")?,
-            background_bytes: r("dirty_background_bytes")?,
-            background_ratio: r("dirty_background_ratio")?,
-        })
     }
 }
 
@@ -480,65 +406,6 @@ impl Default for Global {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// The system's dirty and writeback pages, as balance_dirty_pages() counts
-/// them, from `vmstat` (/proc/vmstat).
-pub fn dirty_pages(vmstat: &Path) -> Result<u64> {
-    let text = fs::read_to_string(vmstat).with_context(|| format!("reading {}", vmstat.display()))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(k, _)| *k == "nr_dirty" || *k == "nr_writeback")
-        .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
-        .sum())
-}
-
-/// vmstat's nr_dirty_threshold: the global limit balance_dirty_pages()
-/// works to now, in pages.
-fn threshold_pages(vmstat: &Path) -> Option<u64> {
-    let text = fs::read_to_string(vmstat).ok()?;
-    text.lines().find_map(|l| l.strip_prefix("nr_dirty_threshold ")?.trim().parse().ok())
-}
-
-/// A journal line: the four original values, then what the agent wrote
-/// (`*\t*` while writing).  Numbers only: nothing else is ever written back.
-fn parse_journal(text: &str) -> Result<(Limits, Option<(u64, u64)>)> {
-    let f: Vec<&str> = text.trim_end_matches('\n').split('\t').collect();
-    let [d, r, bd, br, wd, wb] = f[..] else {
-        bail!("expected 6 fields, found {}", f.len());
-    };
-    let n = |s: &str| s.parse::<u64>().with_context(|| format!("{s:?} is not a number"));
-    let original =
-        Limits { dirty_bytes: n(d)?, dirty_ratio: n(r)?, background_bytes: n(bd)?, background_ratio: n(br)? };
-    // Ratios of 0 are the kernel's too (an administrator's vm.dirty_ratio =
-    // 0): refusing them left the agent's values in force with the journal
-    // deleted.
-    if original.dirty_ratio > 100 || original.background_ratio > 100 {
-        bail!("not a kernel's dirty limits: {}", original.to_line());
-    }
-    let ours = if (wd, wb) == ("*", "*") { None } else { Some((n(wd)?, n(wb)?)) };
-    Ok((original, ours))
-}
-
-/// Puts `l` back: in each pair, the value that was in force (writing it
-/// clears the other).  The background pair first, as when lowering.
-fn write_limits(vm: &Path, l: &Limits) -> Result<()> {
-    if l.background_bytes != 0 {
-        write_value(vm, "dirty_background_bytes", l.background_bytes)?;
-    } else {
-        write_value(vm, "dirty_background_ratio", l.background_ratio)?;
-    }
-    if l.dirty_bytes != 0 {
-        write_value(vm, "dirty_bytes", l.dirty_bytes)
-    } else {
-        write_value(vm, "dirty_ratio", l.dirty_ratio)
-    }
-}
-
-fn write_value(vm: &Path, name: &str, value: u64) -> Result<()> {
-    let p = vm.join(name);
-    crate::sys::write_setting(&p, &value.to_string()).with_context(|| format!("writing {value} to {}", p.display()))
 }
 
 #[cfg(test)]

@@ -15,11 +15,12 @@
 //! `writebehindd --restore`).  A knob that no longer holds what the agent
 //! wrote was changed by someone else: the agent steps aside for that device
 //! (and neither restores nor touches it).
+//!
+//! Here: `Lever` and `Pacer`, which paces each device by one lever or the
+//! other.  The per-device lever is in `bdi`, the global one in `global`,
+//! and the journal protocol both follow in `journal`.
 
-use std::{
-    collections::{HashMap, HashSet},
-    path::PathBuf,
-};
+use std::path::PathBuf;
 
 use anyhow::Result;
 
@@ -27,7 +28,7 @@ mod bdi;
 pub mod global;
 mod journal;
 
-use bdi::Entry;
+use bdi::Bdi;
 pub use global::{Global, GlobalLimits};
 
 pub const JOURNAL: &str = "/run/writebehindd/paced-bdis";
@@ -60,15 +61,7 @@ impl std::str::FromStr for Lever {
 pub struct Pacer {
     choice: Lever,
     global: Global,
-    root: PathBuf,
-    journal: PathBuf,
-    paced: HashMap<String, Entry>,
-    /// Devices whose knobs someone else changed while we paced them.
-    hands_off: HashSet<String>,
-    /// Devices a previous run had journaled, found at start.
-    recovered: usize,
-    /// Inside recover(): stepping aside is not for the whole run.
-    recovering: bool,
+    bdi: Bdi,
     /// The kernel's lack of the knobs was logged.
     unavailable_logged: bool,
 }
@@ -83,25 +76,13 @@ impl Pacer {
     }
 
     pub fn with_paths(root: PathBuf, journal: PathBuf, global: Global, choice: Lever) -> Self {
-        let mut me = Self {
-            choice,
-            global,
-            root,
-            journal,
-            paced: HashMap::new(),
-            hands_off: HashSet::new(),
-            recovered: 0,
-            recovering: false,
-            unavailable_logged: false,
-        };
-        me.recover();
-        me
+        Self { choice, global, bdi: Bdi::new(root, journal), unavailable_logged: false }
     }
 
     /// The lever for this device, if any: the bdi's own knobs where it has
     /// them (a bdi keeps them), else the global limit.
     pub fn lever(&self, bdi: &str) -> Option<Lever> {
-        let knobs = self.knob(bdi, "max_bytes").exists() && self.knob(bdi, "strict_limit").exists();
+        let knobs = self.bdi.has_knobs(bdi);
         match self.choice {
             Lever::Auto | Lever::Bdi if knobs => Some(Lever::Bdi),
             Lever::Auto | Lever::Global if self.global.available() => Some(Lever::Global),
@@ -128,21 +109,21 @@ impl Pacer {
     /// at start unless changed by hand since): each bdi, and the global
     /// limits.
     pub fn recovered(&self) -> usize {
-        self.recovered + self.global.recovered() as usize
+        self.bdi.recovered() + self.global.recovered() as usize
     }
 
     /// Someone else changed the device's knobs: it is not paced again.
     pub fn stepped_aside(&self, bdi: &str) -> bool {
-        self.hands_off.contains(bdi) || (self.global.stepped_aside() && self.lever(bdi).is_none())
+        self.bdi.stepped_aside(bdi) || (self.global.stepped_aside() && self.lever(bdi).is_none())
     }
 
     pub fn is_paced(&self, bdi: &str) -> bool {
-        self.paced.contains_key(bdi) || self.global.is_paced(bdi)
+        self.bdi.is_paced(bdi) || self.global.is_paced(bdi)
     }
 
     /// How a paced device is paced ("bdi" or "global"), for status.
     pub fn lever_of(&self, bdi: &str) -> &'static str {
-        if self.paced.contains_key(bdi) {
+        if self.bdi.is_paced(bdi) {
             "bdi"
         } else if self.global.is_paced(bdi) {
             "global"
@@ -165,8 +146,8 @@ impl Pacer {
     /// agent stepped aside for this device.
     pub fn pace(&mut self, bdi: &str, budget: u64) -> Result<bool> {
         match self.lever(bdi) {
-            Some(Lever::Bdi) => {}
-            Some(_) => return self.global.pace(bdi, budget),
+            Some(Lever::Bdi) => self.bdi.pace(bdi, budget, || self.global.kernel_threshold()),
+            Some(_) => self.global.pace(bdi, budget),
             None => {
                 if !std::mem::replace(&mut self.unavailable_logged, true) {
                     tracing::warn!(
@@ -174,46 +155,9 @@ impl Pacer {
                         "no per-device strict_limit/max_bytes and no global dirty limits to use: devices are not paced"
                     );
                 }
-                return Ok(false);
+                Ok(false)
             }
         }
-        if self.hands_off.contains(bdi) {
-            return Ok(false);
-        }
-        let now = self.read(bdi)?;
-        let first = !self.paced.contains_key(bdi);
-        let original = match self.paced.get(bdi) {
-            Some(e) if !e.holds_ours(&now) => {
-                self.step_aside(bdi, &now);
-                return Ok(false);
-            }
-            Some(e) => e.original.clone(),
-            None => now,
-        };
-        // Never above the cap the administrator's ratio gave the device (a
-        // FUSE bdi's is 1 % of the system's limit): with a few streams a
-        // budget is more, and pacing raised it.
-        let budget = match (original.max_ratio_fine.parse::<u64>(), self.global.kernel_threshold()) {
-            (Ok(ppm), Some(limit)) if ppm < 1_000_000 => budget.min((limit as u128 * ppm as u128 / 1_000_000) as u64),
-            _ => budget,
-        };
-        // Journal first, before every write and not only the first one: a
-        // kill between a re-pace's writes must not lose the administrator's
-        // values either.
-        self.journal_writing(bdi, &original)?;
-        let wrote = self.write_cap(bdi, budget, &original);
-        // Succeeded or not, what the knobs hold now is the agent's doing:
-        // release compares against it (keeping the entry of an earlier
-        // value here made a refused re-pace look like the administrator's
-        // hand, and strict_limit stayed set).
-        let ours = self.read(bdi)?;
-        self.paced.insert(bdi.to_owned(), Entry { original, ours: Some(ours) });
-        self.save_journal()?;
-        wrote?;
-        if first {
-            tracing::info!(bdi, budget, "pacing on: bdi strict_limit with max_bytes");
-        }
-        Ok(true)
     }
 
     /// `bdi` stopped answering with `held` bytes dirty or under writeback.
@@ -232,36 +176,12 @@ impl Pacer {
     /// Puts the administrator's values back on `bdi`.
     pub fn release(&mut self, bdi: &str) {
         self.global.release(bdi);
-        let Some(e) = self.paced.get(bdi).cloned() else {
-            return;
-        };
-        match self.read(bdi) {
-            Ok(now) if e.holds_ours(&now) => {
-                // Restoring is two writes too: killed between them, the
-                // knobs hold neither the agent's values nor the original.
-                // Without a journal, restoring still beats leaving them.
-                if let Err(err) = self.journal_writing(bdi, &e.original) {
-                    tracing::warn!(bdi, error = %format!("{err:#}"), "restoring bdi limits without a journal");
-                }
-                if let Err(err) = self.write(bdi, &e.original) {
-                    tracing::warn!(bdi, error = %format!("{err:#}"), "could not restore bdi limits");
-                } else {
-                    tracing::info!(bdi, "pacing off: bdi limits restored");
-                }
-            }
-            Ok(now) => self.step_aside(bdi, &now),
-            Err(err) => {
-                tracing::warn!(bdi, error = %format!("{err:#}"), "bdi gone before its limits were restored")
-            }
-        }
-        self.paced.remove(bdi);
-        let _ = self.save_journal();
+        self.bdi.release(bdi);
     }
 
     /// Releases every device (daemon stopping).
     pub fn release_all(&mut self) {
-        let bdis: Vec<String> = self.paced.keys().cloned().collect();
-        for bdi in bdis {
+        for bdi in self.bdi.paced() {
             self.release(&bdi);
         }
         self.global.release_all();

@@ -3,7 +3,7 @@
 
 use std::fs;
 
-use super::{bdi::Values, *};
+use super::{bdi::Values, journal::Knobs, *};
 
 /// A fake bdi directory: writing max_bytes sets max_ratio_fine the way
 /// the kernel does (a share of the dirty limit, here 1e9 bytes).
@@ -86,8 +86,8 @@ fn killed_mid_write_the_next_run_restores_whatever_the_knobs_read() {
     fs_.settle();
     // Killed in a re-pace, after its journal entry and one knob write:
     // the knobs hold neither the first pace's values nor the original.
-    let original = p.paced["7:0"].original.clone();
-    p.journal_writing("7:0", &original).unwrap();
+    let original = p.bdi.journal.get("7:0").unwrap().original.clone();
+    p.bdi.journal.writing("7:0", &original).unwrap();
     fs_.set("max_ratio_fine", "1925");
     std::mem::forget(p);
     let p = fs_.pacer();
@@ -213,7 +213,7 @@ fn strict_limit_is_restored_even_if_the_ceiling_is_not() {
     fs::remove_file(fs_.dir.join("7:0/max_ratio_fine")).unwrap();
     fs::create_dir(fs_.dir.join("7:0/max_ratio_fine")).unwrap();
     let original = Values { max_ratio_fine: "1000000".into(), strict_limit: "0".into() };
-    assert!(p.write("7:0", &original).is_err(), "the failure is still reported");
+    assert!(p.bdi.journal.knobs.write("7:0", &original).is_err(), "the failure is still reported");
     assert_eq!(fs_.get("strict_limit"), "0");
 }
 
@@ -224,4 +224,36 @@ fn no_knobs_no_pacing() {
     let mut p = fs_.pacer();
     assert!(!p.pace("7:0", 1 << 20).unwrap());
     assert_eq!(fs_.get("strict_limit"), "0");
+}
+
+#[test]
+fn the_journal_keeps_its_line_format() {
+    let fs_ = FakeSysfs::new("format");
+    let mut p = fs_.pacer();
+    assert!(p.pace("7:0", 100 << 20).unwrap());
+    // What an older daemon wrote and a newer one restores: bdi, the
+    // original max_ratio_fine and strict_limit, then what the agent left.
+    let journal = fs::read_to_string(fs_.dir.join("journal")).unwrap();
+    assert_eq!(journal, "7:0\t1000000\t0\t1000000\t1\n");
+    p.release("7:0");
+}
+
+#[test]
+fn a_journal_that_cannot_be_written_writes_no_knob() {
+    let fs_ = FakeSysfs::new("nojournal");
+    fs::create_dir(fs_.dir.join("journal.tmp")).unwrap();
+    let mut p = fs_.pacer();
+    assert!(p.pace("7:0", 100 << 20).is_err());
+    assert_eq!((fs_.get("strict_limit"), fs_.get("max_bytes")), ("0".into(), "1000000000".into()));
+    assert!(!p.is_paced("7:0"));
+}
+
+#[test]
+fn a_budget_is_capped_at_the_administrators_share_of_the_limit() {
+    use super::bdi::capped;
+    assert_eq!(capped(64 << 20, "10000", Some(1_000_000_000)), 10_000_000, "1 % of the limit");
+    assert_eq!(capped(4 << 20, "10000", Some(1_000_000_000)), 4 << 20);
+    assert_eq!(capped(64 << 20, "1000000", Some(1_000_000)), 64 << 20, "a ratio of 100 % caps nothing");
+    assert_eq!(capped(64 << 20, "10000", None), 64 << 20, "no limit known");
+    assert_eq!(capped(64 << 20, "", Some(1_000_000)), 64 << 20, "no ratio known");
 }

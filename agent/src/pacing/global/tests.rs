@@ -1,5 +1,7 @@
 //! The global lever's tests, on FakeVm: a fake /proc/sys/vm and /proc/vmstat.
 
+use std::fs;
+
 use super::*;
 
 /// A fake /proc/sys/vm and /proc/vmstat.
@@ -257,4 +259,29 @@ fn a_malformed_journal_writes_nothing() {
         assert_eq!(vm.get("dirty_bytes"), 5 * MIB, "{line:?}");
         assert!(!vm.journal().exists());
     }
+}
+
+#[test]
+fn the_journal_keeps_its_line_format() {
+    let vm = FakeVm::new("format", 0);
+    let mut g = vm.global();
+    assert!(g.pace("8:16", 8 * MIB).unwrap());
+    // What an older daemon wrote and a newer one restores: the four
+    // original values, then the dirty_bytes and dirty_background_bytes the
+    // agent left.
+    let journal = fs::read_to_string(vm.journal()).unwrap();
+    assert_eq!(journal, format!("0\t20\t0\t10\t{}\t{}\n", 8 * MIB, 4 * MIB));
+    g.release_all();
+}
+
+#[test]
+fn a_journal_that_cannot_be_written_writes_no_limit() {
+    let vm = FakeVm::new("nojournal", 0);
+    fs::create_dir(vm.journal().with_extension("tmp")).unwrap();
+    let mut g = vm.global();
+    assert!(g.pace("8:16", 8 * MIB).is_err());
+    assert_eq!((vm.get("dirty_bytes"), vm.get("dirty_ratio")), (0, 20));
+    assert!(g.status().is_none());
+    g.release_all();
+    assert_eq!((vm.get("dirty_bytes"), vm.get("dirty_ratio")), (0, 20));
 }
