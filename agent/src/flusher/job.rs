@@ -128,7 +128,8 @@ pub struct Flush {
 impl Flush {
     /// A flush for `user` (the writer's owner), or None when the flushes
     /// waiting in the agent already hold FLUSH_MEMORY, or that user's
-    /// already hold half of it (the caller leaves the file to the kernel).
+    /// already hold their share of it, half of what the other users leave
+    /// (admission::fits); the caller leaves the file to the kernel.
     pub(crate) fn new(target: Target, start: u64, end: u64, user: u32, memory: &FlushMemory) -> Option<Self> {
         let path = match &target {
             Target::Closed(f) | Target::Window(f) => f.path.as_ref().map_or(0, |p| p.to_bytes_with_nul().len() + 16),

@@ -83,7 +83,8 @@ impl Flushers {
     }
 
     /// Queues a batch for the device's thread, or leaves it to the kernel:
-    /// counted as over_cap when the device is MAX_QUEUED flushes behind, as
+    /// counted as over_cap when the device is MAX_QUEUED flushes behind (or
+    /// the batch's user holds its share of them, admission::fits), as
     /// no_thread when its thread cannot be started (the unit's TasksMax, a
     /// pids limit, no memory for a stack).
     pub fn submit(&mut self, bdi: &str, device: &Arc<DeviceShared>, batch: Batch) {
