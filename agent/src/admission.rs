@@ -9,9 +9,9 @@
 //! not where it drains: the bytes of all waiting flushes against
 //! FLUSH_MEMORY, and each device's queued flushes against MAX_QUEUED.  Past
 //! either bound the range is left to the kernel, counted as over_cap.  One
-//! user takes at most half of what the others leave of either, so that no
-//! user, nor two together, can take everyone else's write-behind away by
-//! filling it.
+//! user takes at most half of what the others leave of either (`fits`, the
+//! rule the stream table keeps too), so that no user, nor two together, can
+//! take everyone else's write-behind away by filling it.
 
 use std::{
     collections::HashMap,
@@ -57,6 +57,19 @@ impl FlushMemory {
     }
 }
 
+/// Whether `n` more fit for a user who holds `mine` of `limit` while the
+/// other users hold `others`: one user takes at most half of what the
+/// others leave of it.  A user alone gets half of it, a second a quarter,
+/// and so on: some is always left for the next, as all that is held stays
+/// below `limit` (below 2 nobody gets any: half of 1 is none).  A flat half
+/// each let two users (a review's case: hung FUSE mounts of two accounts,
+/// whose queues never drain) hold all of it, and every other user's files
+/// went to the kernel.  The one rule for every share the agent keeps: flush
+/// memory, each device's queue, the stream table.
+pub(crate) fn fits(mine: usize, others: usize, n: usize, limit: usize) -> bool {
+    mine.saturating_add(n) <= limit.saturating_sub(others) / 2
+}
+
 /// What is taken of a limit, in all and by user.
 #[derive(Debug, Default)]
 struct Shares {
@@ -65,16 +78,10 @@ struct Shares {
 }
 
 impl Shares {
-    /// Takes `n` for `user`: at most half of what the other users leave of
-    /// `limit`.  A user alone gets half of it, a second a quarter, and so on:
-    /// some is always left for the next.  A flat half each let two users (a
-    /// review's case: hung FUSE mounts of two accounts, whose queues never
-    /// drain) hold all of it, and every other user's files went to the
-    /// kernel.
+    /// Takes `n` for `user`, if that user's share of `limit` has room (fits).
     fn take(&mut self, n: usize, user: u32, limit: usize) -> Option<()> {
         let mine = self.by_user.get(&user).copied().unwrap_or(0);
-        let others = self.all - mine;
-        if mine + n > limit.saturating_sub(others) / 2 {
+        if !fits(mine, self.all - mine, n, limit) {
             return None;
         }
         self.all += n;
@@ -159,6 +166,58 @@ impl Backlog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_user_gets_half_of_what_the_others_leave() {
+        let limit = 1024;
+        assert!(fits(0, 0, 512, limit), "a user alone gets half");
+        assert!(!fits(0, 0, 513, limit));
+        assert!(fits(511, 0, 1, limit) && !fits(512, 0, 1, limit), "one at a time, the same half");
+        assert!(fits(0, 512, 256, limit), "a second a quarter of the whole");
+        assert!(!fits(0, 512, 257, limit));
+        assert!(fits(0, 768, 128, limit) && !fits(0, 768, 129, limit), "a third an eighth");
+        assert!(fits(0, 0, 0, limit) && fits(0, limit, 0, limit), "nothing always fits");
+        assert!(!fits(0, limit, 1, limit) && !fits(0, usize::MAX, 1, limit), "others past the limit leave none");
+        assert!(!fits(usize::MAX, 0, 1, usize::MAX), "no overflow");
+    }
+
+    #[test]
+    fn small_limits_leave_some_for_the_next() {
+        assert!(!fits(0, 0, 1, 0), "limit 0: none");
+        assert!(!fits(0, 0, 1, 1), "limit 1: half of it is none");
+        assert!(fits(0, 0, 1, 2) && !fits(1, 0, 1, 2), "limit 2: one, for one user");
+        assert!(!fits(0, 1, 1, 2), "and none for a second");
+        assert!(fits(0, 1, 1, 3) && !fits(0, 2, 1, 3), "limit 3: one each for two users");
+    }
+
+    /// Users taking one at a time, in turn or each as much as it can before
+    /// the next, as the rule lets them: however many, and whatever the
+    /// limit, they never hold all of it.
+    #[test]
+    fn users_together_never_take_everything() {
+        for limit in 0..200 {
+            for users in 1..8 {
+                for in_turn in [true, false] {
+                    let mut held = vec![0usize; users];
+                    let mut took = true;
+                    while took {
+                        took = false;
+                        for u in 0..users {
+                            while fits(held[u], held.iter().sum::<usize>() - held[u], 1, limit) {
+                                held[u] += 1;
+                                took = true;
+                                if in_turn {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let all: usize = held.iter().sum();
+                    assert!(all < limit.max(1), "limit {limit}: {held:?} hold all of it");
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_backlog_is_bounded_where_it_is_fed() {

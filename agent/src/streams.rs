@@ -10,7 +10,7 @@ use std::{
 
 use crate::{
     abi::{EventKind, RelPath, wb_event},
-    admission::{FLUSH_MEMORY, FlushMemory},
+    admission::{self, FLUSH_MEMORY, FlushMemory},
     bandwidth::{self, Active, Rate},
     counters::{Counters, ErrorKind},
     devices::{DeviceShared, Devices},
@@ -167,6 +167,20 @@ fn closed_file(key: StreamKey, ev: &wb_event, path: Option<RelPath>) -> ClosedFi
         fs_magic: ev.fs_magic,
         path,
     }
+}
+
+/// Whether one more stream fits for a user holding `mine` of the `held`:
+/// at most `max_held` in all, and one user's at most half of what the other
+/// users leave (admission::fits), so that no user, nor two together, can
+/// take every slot (and with it every other user's write-behind).
+fn room(held: usize, mine: usize, max_held: usize) -> Result<(), &'static str> {
+    if held >= max_held {
+        return Err("too many streams");
+    }
+    if !admission::fits(mine, held - mine, 1, max_held) {
+        return Err("one user holds its share of the streams");
+    }
+    Ok(())
 }
 
 impl StreamTable {
@@ -328,18 +342,16 @@ impl StreamTable {
         true
     }
 
-    /// Whether one more stream of user `user` fits: at most max_held in all,
-    /// and at most half of them one user's, so that one user cannot take
-    /// every slot (and with it every other user's write-behind).
+    /// Whether one more stream of user `user` fits (room).  The user's
+    /// streams are counted only from about half the cap: below it, one more
+    /// fits even for a user holding every stream.
     fn room_for(&self, user: u32) -> Result<(), &'static str> {
-        if self.streams.len() >= self.max_held {
-            return Err("too many streams");
-        }
-        let share = (self.max_held / 2).max(1);
-        if self.streams.len() >= share && self.streams.values().filter(|s| s.user == user).count() >= share {
-            return Err("one user holds half of the streams");
-        }
-        Ok(())
+        let held = self.streams.len();
+        let mine = match room(held, held, self.max_held) {
+            Ok(()) => held,
+            Err(_) => self.streams.values().filter(|s| s.user == user).count(),
+        };
+        room(held, mine, self.max_held)
     }
 
     /// The writer closed the file: hand its tail to writeback.  A stream's
@@ -626,5 +638,42 @@ impl StreamTable {
     /// Errors of kind `kind` are counted by the caller (ring-buffer decode).
     pub fn error(&self, kind: ErrorKind) {
         self.counters.error(kind);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Streams started one after another, each by the first user of `users`
+    /// it fits for: how many each got.
+    fn fill(users: usize, max_held: usize) -> Vec<usize> {
+        let mut held = vec![0; users];
+        while let Some(u) = (0..users).find(|&u| room(held.iter().sum(), held[u], max_held).is_ok()) {
+            held[u] += 1;
+        }
+        held
+    }
+
+    #[test]
+    fn one_user_gets_half_of_what_the_others_leave_of_the_streams() {
+        assert_eq!(fill(1, MAX_HELD), vec![MAX_HELD / 2], "a user alone: half");
+        assert_eq!(fill(2, MAX_HELD), vec![MAX_HELD / 2, MAX_HELD / 4], "a second: a quarter");
+        // --max-streams 8 (hardening's): 4, 2, 1, and the last slot for nobody.
+        assert_eq!(fill(5, 8), vec![4, 2, 1, 0, 0]);
+        assert_eq!(room(7, 0, 8), Err("one user holds its share of the streams"));
+        assert_eq!(room(8, 0, 8), Err("too many streams"));
+        assert_eq!(fill(2, 1), vec![0, 0], "half of one stream is none");
+        assert_eq!(fill(2, 2), vec![1, 0]);
+        assert_eq!(fill(2, 0), vec![0, 0]);
+        // room_for counts a user's streams only where a user holding all of
+        // them would not fit: one that fits with more fits with fewer.
+        assert!(room(MAX_HELD / 2 - 1, MAX_HELD / 2 - 1, MAX_HELD).is_ok());
+        assert!(room(MAX_HELD / 2, MAX_HELD / 2, MAX_HELD).is_err());
+        for held in 0..=20 {
+            for mine in 1..=held {
+                assert!(room(held, mine, 20).is_err() || room(held, mine - 1, 20).is_ok(), "{held} held, {mine} mine");
+            }
+        }
     }
 }
