@@ -131,7 +131,7 @@ struct {
  * when a stream starts and at each crossing. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, WB_DEVICES_MAX);
 	__type(key, __u32);
 	__type(value, struct wb_device);
 } devices SEC(".maps");
@@ -139,7 +139,7 @@ struct {
 /* Filled by the agent from the policy files: by cgroup v2 id. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, WB_CGROUPS_MAX);
 	__type(key, __u64);
 	__type(value, struct wb_policy);
 } cgroup_policies SEC(".maps");
@@ -385,7 +385,7 @@ static __always_inline __u64 policy_window(struct wb_policy *p, struct wb_config
 			w = d->floor;
 	}
 	if (cfg->on_battery && p->on_battery == WB_BATTERY_LAZY)
-		w *= 4;
+		w *= WB_BATTERY_LAZY_FACTOR;
 	return w ? w : 4096;
 }
 
@@ -575,7 +575,7 @@ static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, _
 
 		batched = d && d->batch_closes;
 	}
-	if (BPF_CORE_READ(sb, s_export_op) || !(sb_dev >> 20)) {
+	if (BPF_CORE_READ(sb, s_export_op) || !(sb_dev >> WB_MINORBITS)) {
 		emit(WB_EV_CLOSE, file, fd, ino, start, end, batched);
 		return;
 	}
@@ -619,10 +619,10 @@ static __always_inline void user_release(__u32 owner)
 		__sync_fetch_and_add(n, -1);
 }
 
-/* The entry's clock (wb_file_stream.touched): 2^30 ns, so that it fits 32 bits. */
+/* The entry's clock (wb_file_stream.touched): 2^WB_TOUCH_SHIFT ns. */
 static __always_inline __u32 touch_now(void)
 {
-	return bpf_ktime_get_ns() >> 30;
+	return bpf_ktime_get_ns() >> WB_TOUCH_SHIFT;
 }
 
 /* A page dirtied this far past a mapped stream's end still continues it:

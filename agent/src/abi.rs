@@ -97,9 +97,10 @@ fn rel_path(names: &[[std::os::raw::c_char; WB_NAME_LEN as usize]; WB_PATH_DEPTH
     std::ffi::CString::new(parts.join(&b'/')).ok().map(RelPath::from)
 }
 
-/// The kernel's internal dev_t (major << 20 | minor) as userspace sees it.
+/// The kernel's internal dev_t (major << WB_MINORBITS | minor) as userspace
+/// sees it.
 pub fn kernel_dev_to_user(dev: u32) -> u64 {
-    libc::makedev(dev >> 20, dev & 0xfffff)
+    libc::makedev(dev >> WB_MINORBITS, dev & ((1 << WB_MINORBITS) - 1))
 }
 
 fn c_string(bytes: &[std::os::raw::c_char]) -> String {
