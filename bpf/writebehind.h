@@ -200,4 +200,12 @@ enum wb_stat {
 	WB_STAT_MAX = 5,
 };
 
+/* Each stat's one name, as the agent shows it (`wbctl status`, metrics, its
+ * log when it stops). */
+#define WB_STAT_NAME_RB_DROPS "ring_buffer_drops"
+#define WB_STAT_NAME_MAP_FULL "untracked_map_full"
+#define WB_STAT_NAME_CLOSES_SHED "closes_shed"
+#define WB_STAT_NAME_SELF_SYNCED "left_self_synced"
+#define WB_STAT_NAME_USER_SHARE "untracked_user_share"
+
 #endif /* WRITEBEHIND_H */

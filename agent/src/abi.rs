@@ -12,6 +12,49 @@ unsafe impl aya::Pod for wb_policy {}
 unsafe impl aya::Pod for wb_device {}
 unsafe impl aya::Pod for wb_file_stream {}
 
+impl wb_stat {
+    /// Every counter of BPF's `stats` map, in index order.
+    pub const ALL: [wb_stat; wb_stat::WB_STAT_MAX as usize] = [
+        Self::WB_STAT_RB_DROPS,
+        Self::WB_STAT_MAP_FULL,
+        Self::WB_STAT_CLOSES_SHED,
+        Self::WB_STAT_SELF_SYNCED,
+        Self::WB_STAT_USER_SHARE,
+    ];
+
+    /// The counter's one name (WB_STAT_NAME_* in bpf/writebehind.h), as
+    /// `wbctl status`, metrics and the stopping log show it.  WB_STAT_MAX
+    /// is the count of them, no counter: its name is empty.
+    pub const fn name(self) -> &'static str {
+        let name: &'static [u8] = match self {
+            Self::WB_STAT_RB_DROPS => WB_STAT_NAME_RB_DROPS,
+            Self::WB_STAT_MAP_FULL => WB_STAT_NAME_MAP_FULL,
+            Self::WB_STAT_CLOSES_SHED => WB_STAT_NAME_CLOSES_SHED,
+            Self::WB_STAT_SELF_SYNCED => WB_STAT_NAME_SELF_SYNCED,
+            Self::WB_STAT_USER_SHARE => WB_STAT_NAME_USER_SHARE,
+            Self::WB_STAT_MAX => b"\0",
+        };
+        header_str(name)
+    }
+
+    /// Every counter as `name=value`, space-separated, for a log line:
+    /// "ring_buffer_drops=0 untracked_map_full=0 ...".
+    pub fn summary(value: impl Fn(wb_stat) -> u64) -> String {
+        Self::ALL.map(|s| format!("{}={}", s.name(), value(s))).join(" ")
+    }
+}
+
+/// A string #define of the header, as bindgen gives it (NUL-terminated).
+const fn header_str(bytes: &'static [u8]) -> &'static str {
+    match std::ffi::CStr::from_bytes_with_nul(bytes) {
+        Ok(c) => match c.to_str() {
+            Ok(s) => s,
+            Err(_) => panic!("a header string that is not UTF-8"),
+        },
+        Err(_) => panic!("a header string without its NUL"),
+    }
+}
+
 /// What a ring-buffer record asks of the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -190,6 +233,24 @@ mod tests {
         let mut inverted = good;
         inverted[std::mem::offset_of!(wb_event, start)..][..8].copy_from_slice(&20u64.to_ne_bytes());
         assert!(wb_event::decode_any(&inverted).is_none(), "inverted range");
+    }
+
+    #[test]
+    fn every_stat_has_its_own_name() {
+        let names: Vec<&str> = wb_stat::ALL.iter().map(|s| s.name()).collect();
+        assert!(names.iter().all(|n| !n.is_empty()), "{names:?}");
+        let distinct: std::collections::HashSet<&&str> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        // ALL lists each index below WB_STAT_MAX once, in order.
+        for (i, s) in wb_stat::ALL.iter().enumerate() {
+            assert_eq!(*s as usize, i);
+        }
+        // The names `wbctl status` and metrics show, which the bench (xtask) reads.
+        assert_eq!(wb_stat::WB_STAT_RB_DROPS.name(), "ring_buffer_drops");
+        assert_eq!(
+            wb_stat::summary(|s| s as u64),
+            "ring_buffer_drops=0 untracked_map_full=1 closes_shed=2 left_self_synced=3 untracked_user_share=4"
+        );
     }
 
     #[test]
