@@ -45,7 +45,7 @@ struct wb_event {
 	__u32 sb_dev;    /* the superblock's s_dev, as /proc/self/mountinfo lists it
 	                  * (differs from st_dev on btrfs subvolumes); keys `devices` */
 	__u32 owner;     /* whose share the writer's files count in (current_owner
-	                  * in stream.bpf.h): one owner gets at most half of
+	                  * in owner.bpf.h): one owner gets at most half of
 	                  * the agent's streams, queues and flush memory */
 	__u64 bdi_bw_pages; /* the kernel's avg_write_bandwidth of the bdi's root
 	                     * writeback, in pages per second (starts at 100 MB/s

@@ -59,7 +59,7 @@ pub async fn run(
             }
             _ = batch_tick.tick() => {
                 // Closes that never crossed a window do not wake the
-                // agent (see wakeup() in stream.bpf.h): they are read here.
+                // agent (see wakeup() in bpf/emit.bpf.h): they are read here.
                 drain(events.get_mut(), table, SLICE_TIME, &mut backlog);
                 table.tick(cgroups.on_battery());
             }

@@ -1,5 +1,5 @@
 //! What each user holds of BPF's stream map.  BPF counts an owner's entries
-//! (see current_owner in bpf/stream.bpf.h) at insert and delete, and gives
+//! (see current_owner in bpf/owner.bpf.h) at insert and delete, and gives
 //! none beyond WB_USER_SHARE, half the map.  An LRU eviction is silent to
 //! BPF, so a count errs high: a user whose entries were evicted could be
 //! refused with room to spare.  So the counts are taken again from the map
