@@ -253,6 +253,84 @@ mod tests {
         );
     }
 
+    /// The compiled objects (build.rs writes them; loader.rs embeds them),
+    /// parsed, not loaded.
+    fn objects() -> Vec<(&'static str, aya_obj::Object)> {
+        static PLAIN: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writebehind.bpf.o"));
+        static COMPAT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writebehind-compat.bpf.o"));
+        [("writebehind.bpf.o", PLAIN), ("writebehind-compat.bpf.o", COMPAT)]
+            .into_iter()
+            .map(|(name, bytes)| (name, aya_obj::Object::parse(bytes).unwrap_or_else(|e| panic!("{name}: {e}"))))
+            .collect()
+    }
+
+    #[test]
+    fn maps_are_sized_as_the_header_says_and_typed_as_the_agent_reads_them() {
+        let size = |n: usize| n as u32;
+        // (map, max_entries, key size, value size); the value of `procs` is BPF's own.
+        let want = [
+            ("streams", WB_STREAMS_MAX, 8, Some(size(std::mem::size_of::<wb_file_stream>()))),
+            ("user_streams", WB_OWNERS_MAX, 4, Some(8)),
+            ("procs", WB_STREAMS_MAX, 4, None),
+            ("wb_config_map", 1, 4, Some(size(std::mem::size_of::<wb_config>()))),
+            ("devices", WB_DEVICES_MAX, 4, Some(size(std::mem::size_of::<wb_device>()))),
+            ("cgroup_policies", WB_CGROUPS_MAX, 8, Some(size(std::mem::size_of::<wb_policy>()))),
+            ("stats", wb_stat::WB_STAT_MAX as u32, 4, Some(8)),
+        ];
+        for (object, obj) in objects() {
+            for (name, max, key, value) in want {
+                let map = obj.maps.get(name).unwrap_or_else(|| panic!("{object} has no map {name}"));
+                assert_eq!(map.max_entries(), max, "{object}: {name}'s max_entries");
+                assert_eq!(map.key_size(), key, "{object}: {name}'s key size");
+                if let Some(value) = value {
+                    assert_eq!(map.value_size(), value, "{object}: {name}'s value size");
+                }
+            }
+        }
+    }
+
+    /// Every string in `src` that follows `open` (up to its closing quote).
+    fn quoted_after<'a>(src: &'a str, open: &'a str) -> impl Iterator<Item = &'a str> {
+        src.match_indices(open).filter_map(move |(at, _)| {
+            let rest = &src[at + open.len()..];
+            rest.find('"').map(|end| &rest[..end])
+        })
+    }
+
+    /// The loader finds maps and programs by their C names; a name it asks
+    /// for that the objects lack fails only at start-up, as root.  So: each
+    /// name loader.rs spells is in both objects, and each program of the
+    /// objects is one loader.rs attaches.
+    #[test]
+    fn the_loader_names_only_maps_and_programs_the_objects_have() {
+        let loader = include_str!("loader.rs");
+        let maps: std::collections::BTreeSet<&str> = ["take(\"", ".map(\"", "map_mut(\"", "take_map(\""]
+            .into_iter()
+            .flat_map(|open| quoted_after(loader, open))
+            .collect();
+        // Program names: every "wb_..." literal that is not a map's.
+        let programs: std::collections::BTreeSet<String> = quoted_after(loader, "\"wb_")
+            .filter(|rest| rest.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+            .map(|rest| format!("wb_{rest}"))
+            .filter(|name| !maps.contains(name.as_str()))
+            .collect();
+        assert!(maps.len() >= 6 && programs.len() >= 10, "the scan of loader.rs found {maps:?} and {programs:?}");
+        for (object, obj) in objects() {
+            for map in &maps {
+                assert!(obj.maps.contains_key(*map), "loader.rs asks {object} for map {map}, which it lacks");
+            }
+            for program in &programs {
+                assert!(
+                    obj.programs.contains_key(program),
+                    "loader.rs asks {object} for program {program}, which it lacks"
+                );
+            }
+            for program in obj.programs.keys() {
+                assert!(programs.contains(program), "{object}'s program {program} is never attached by loader.rs");
+            }
+        }
+    }
+
     #[test]
     fn dev_encoding_matches_fstat() {
         // loop0 is 7:0; the kernel encodes it as 7 << 20.
