@@ -7,14 +7,14 @@ use std::{env, path::PathBuf, process::Command};
 fn main() {
     let bpf_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("../bpf");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
-    for f in ["writebehind.bpf.c", "stream.bpf.h", "writebehind.h", "vmlinux.h"] {
-        println!("cargo:rerun-if-changed={}", bpf_dir.join(f).display());
-    }
+    // A directory: cargo reruns this when any file in it changes (the
+    // programs' headers, one .bpf.c).
+    println!("cargo:rerun-if-changed={}", bpf_dir.display());
     println!("cargo:rerun-if-env-changed=CLANG");
 
     let clang = env::var("CLANG").unwrap_or_else(|_| "clang".into());
     // The object for kernels with bpf_loop (5.17+), and the compat one for
-    // those without (see bpf/stream.bpf.h).
+    // those without (see bpf/compat.bpf.h).
     for (name, defines) in [("writebehind.bpf.o", &[][..]), ("writebehind-compat.bpf.o", &["-DWB_COMPAT"][..])] {
         let status = Command::new(&clang)
             .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-D__TARGET_ARCH_x86"])

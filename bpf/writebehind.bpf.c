@@ -215,7 +215,7 @@ struct fd_walk {
 };
 
 #ifdef WB_COMPAT
-/* Global: verified once, not at each step of a walk (bpf/stream.bpf.h). */
+/* Global: verified once, not at each step of a walk (bpf/compat.bpf.h). */
 __noinline int close_walked_file(__u64 file, __u32 fd)
 {
 	if (file)

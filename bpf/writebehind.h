@@ -28,8 +28,11 @@ enum wb_event_kind {
 /*
  * One ring-buffer record.  [start, end) is the byte range the agent should
  * hand to writeback; for WB_EV_CLOSE it is the unflushed tail (may be empty).
- * st_dev uses the kernel's internal dev_t encoding (major << 20 | minor).
+ * st_dev uses the kernel's internal dev_t encoding (major << WB_MINORBITS |
+ * minor).
  */
+#define WB_MINORBITS 20	/* the kernel's MINORBITS (include/linux/kdev_t.h) */
+
 struct wb_event {
 	__u32 kind;      /* enum wb_event_kind */
 	__u32 tgid;      /* process that wrote */
@@ -42,7 +45,7 @@ struct wb_event {
 	__u32 sb_dev;    /* the superblock's s_dev, as /proc/self/mountinfo lists it
 	                  * (differs from st_dev on btrfs subvolumes); keys `devices` */
 	__u32 owner;     /* whose share the writer's files count in (current_owner
-	                  * in stream.bpf.h): one owner gets at most half of
+	                  * in owner.bpf.h): one owner gets at most half of
 	                  * the agent's streams, queues and flush memory */
 	__u64 bdi_bw_pages; /* the kernel's avg_write_bandwidth of the bdi's root
 	                     * writeback, in pages per second (starts at 100 MB/s
@@ -88,16 +91,23 @@ enum wb_mode {
 /* What on_battery does to a policy while the host runs on battery. */
 enum wb_battery {
 	WB_BATTERY_SAME = 0,
-	WB_BATTERY_LAZY = 1,    /* windows four times longer */
+	WB_BATTERY_LAZY = 1,    /* windows WB_BATTERY_LAZY_FACTOR times longer */
 	WB_BATTERY_OFF = 2,     /* mode off */
 };
+
+/* How much longer WB_BATTERY_LAZY makes windows (and the agent its dirty
+ * limits) while the host runs on battery. */
+#define WB_BATTERY_LAZY_FACTOR 4
 
 /*
  * What BPF applies to a writer, by its cgroup: the `cgroup_policies` hash map
  * (key: the cgroup v2 id, __u64, as bpf_get_current_cgroup_id() returns it)
  * holds one per cgroup a policy names; any other cgroup gets wb_config.dflt.
- * Filled by the agent from the policy files.
+ * Filled by the agent from the policy files, for at most WB_CGROUPS_MAX
+ * cgroups.
  */
+#define WB_CGROUPS_MAX 16384
+
 struct wb_policy {
 	__u64 window;      /* fixed window in bytes; 0: window_ms of the device's
 	                    * bandwidth (wb_device.bw), within [min, max]_window */
@@ -114,7 +124,9 @@ struct wb_policy {
 };
 
 /* What the agent measured of a device: the `devices` hash map, by sb_dev (as
- * in wb_event). */
+ * in wb_event), with room for WB_DEVICES_MAX of them. */
+#define WB_DEVICES_MAX 1024
+
 struct wb_device {
 	__u64 bw;          /* write bandwidth estimate, bytes per second */
 	__u64 floor;       /* the smallest useful window: one maximal request */
@@ -160,11 +172,15 @@ struct wb_file_stream {
 	__u32 spans;	/* spans emitted: the agent holds this file */
 	__u32 sb_dev;	/* the file's superblock: its device's window */
 	__u32 owner;	/* whose share the entry counts in (see current_owner) */
-	__u32 touched;	/* made or last crossed a window, in 2^30 ns (about 1.07 s)
+	__u32 touched;	/* made or last crossed a window, in 2^WB_TOUCH_SHIFT ns
 			 * of CLOCK_MONOTONIC */
 	__u8 mode;	/* enum wb_mode, from the writer's policy when it started */
 	__u8 _pad[3];
 };
+
+/* wb_file_stream.touched's unit: 2^30 ns (about 1.07 s), so that the
+ * clock fits 32 bits. */
+#define WB_TOUCH_SHIFT 30
 
 /* Entries of `streams`; one user (an owner) may hold at most half of them.
  * The `user_streams` hash map (key: the owner's uid, __u32; value: the
@@ -183,5 +199,13 @@ enum wb_stat {
 	WB_STAT_USER_SHARE = 4, /* files not tracked: their writer's owner holds its share */
 	WB_STAT_MAX = 5,
 };
+
+/* Each stat's one name, as the agent shows it (`wbctl status`, metrics, its
+ * log when it stops). */
+#define WB_STAT_NAME_RB_DROPS "ring_buffer_drops"
+#define WB_STAT_NAME_MAP_FULL "untracked_map_full"
+#define WB_STAT_NAME_CLOSES_SHED "closes_shed"
+#define WB_STAT_NAME_SELF_SYNCED "left_self_synced"
+#define WB_STAT_NAME_USER_SHARE "untracked_user_share"
 
 #endif /* WRITEBEHIND_H */

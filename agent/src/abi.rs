@@ -12,6 +12,49 @@ unsafe impl aya::Pod for wb_policy {}
 unsafe impl aya::Pod for wb_device {}
 unsafe impl aya::Pod for wb_file_stream {}
 
+impl wb_stat {
+    /// Every counter of BPF's `stats` map, in index order.
+    pub const ALL: [wb_stat; wb_stat::WB_STAT_MAX as usize] = [
+        Self::WB_STAT_RB_DROPS,
+        Self::WB_STAT_MAP_FULL,
+        Self::WB_STAT_CLOSES_SHED,
+        Self::WB_STAT_SELF_SYNCED,
+        Self::WB_STAT_USER_SHARE,
+    ];
+
+    /// The counter's one name (WB_STAT_NAME_* in bpf/writebehind.h), as
+    /// `wbctl status`, metrics and the stopping log show it.  WB_STAT_MAX
+    /// is the count of them, no counter: its name is empty.
+    pub const fn name(self) -> &'static str {
+        let name: &'static [u8] = match self {
+            Self::WB_STAT_RB_DROPS => WB_STAT_NAME_RB_DROPS,
+            Self::WB_STAT_MAP_FULL => WB_STAT_NAME_MAP_FULL,
+            Self::WB_STAT_CLOSES_SHED => WB_STAT_NAME_CLOSES_SHED,
+            Self::WB_STAT_SELF_SYNCED => WB_STAT_NAME_SELF_SYNCED,
+            Self::WB_STAT_USER_SHARE => WB_STAT_NAME_USER_SHARE,
+            Self::WB_STAT_MAX => b"\0",
+        };
+        header_str(name)
+    }
+
+    /// Every counter as `name=value`, space-separated, for a log line:
+    /// "ring_buffer_drops=0 untracked_map_full=0 ...".
+    pub fn summary(value: impl Fn(wb_stat) -> u64) -> String {
+        Self::ALL.map(|s| format!("{}={}", s.name(), value(s))).join(" ")
+    }
+}
+
+/// A string #define of the header, as bindgen gives it (NUL-terminated).
+const fn header_str(bytes: &'static [u8]) -> &'static str {
+    match std::ffi::CStr::from_bytes_with_nul(bytes) {
+        Ok(c) => match c.to_str() {
+            Ok(s) => s,
+            Err(_) => panic!("a header string that is not UTF-8"),
+        },
+        Err(_) => panic!("a header string without its NUL"),
+    }
+}
+
 /// What a ring-buffer record asks of the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -97,9 +140,10 @@ fn rel_path(names: &[[std::os::raw::c_char; WB_NAME_LEN as usize]; WB_PATH_DEPTH
     std::ffi::CString::new(parts.join(&b'/')).ok().map(RelPath::from)
 }
 
-/// The kernel's internal dev_t (major << 20 | minor) as userspace sees it.
+/// The kernel's internal dev_t (major << WB_MINORBITS | minor) as userspace
+/// sees it.
 pub fn kernel_dev_to_user(dev: u32) -> u64 {
-    libc::makedev(dev >> 20, dev & 0xfffff)
+    libc::makedev(dev >> WB_MINORBITS, dev & ((1 << WB_MINORBITS) - 1))
 }
 
 fn c_string(bytes: &[std::os::raw::c_char]) -> String {
@@ -189,6 +233,102 @@ mod tests {
         let mut inverted = good;
         inverted[std::mem::offset_of!(wb_event, start)..][..8].copy_from_slice(&20u64.to_ne_bytes());
         assert!(wb_event::decode_any(&inverted).is_none(), "inverted range");
+    }
+
+    #[test]
+    fn every_stat_has_its_own_name() {
+        let names: Vec<&str> = wb_stat::ALL.iter().map(|s| s.name()).collect();
+        assert!(names.iter().all(|n| !n.is_empty()), "{names:?}");
+        let distinct: std::collections::HashSet<&&str> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        // ALL lists each index below WB_STAT_MAX once, in order.
+        for (i, s) in wb_stat::ALL.iter().enumerate() {
+            assert_eq!(*s as usize, i);
+        }
+        // The names `wbctl status` and metrics show, which the bench (xtask) reads.
+        assert_eq!(wb_stat::WB_STAT_RB_DROPS.name(), "ring_buffer_drops");
+        assert_eq!(
+            wb_stat::summary(|s| s as u64),
+            "ring_buffer_drops=0 untracked_map_full=1 closes_shed=2 left_self_synced=3 untracked_user_share=4"
+        );
+    }
+
+    /// The compiled objects (build.rs writes them; loader.rs embeds them),
+    /// parsed, not loaded.
+    fn objects() -> Vec<(&'static str, aya_obj::Object)> {
+        static PLAIN: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writebehind.bpf.o"));
+        static COMPAT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writebehind-compat.bpf.o"));
+        [("writebehind.bpf.o", PLAIN), ("writebehind-compat.bpf.o", COMPAT)]
+            .into_iter()
+            .map(|(name, bytes)| (name, aya_obj::Object::parse(bytes).unwrap_or_else(|e| panic!("{name}: {e}"))))
+            .collect()
+    }
+
+    #[test]
+    fn maps_are_sized_as_the_header_says_and_typed_as_the_agent_reads_them() {
+        let size = |n: usize| n as u32;
+        // (map, max_entries, key size, value size); the value of `procs` is BPF's own.
+        let want = [
+            ("streams", WB_STREAMS_MAX, 8, Some(size(std::mem::size_of::<wb_file_stream>()))),
+            ("user_streams", WB_OWNERS_MAX, 4, Some(8)),
+            ("procs", WB_STREAMS_MAX, 4, None),
+            ("wb_config_map", 1, 4, Some(size(std::mem::size_of::<wb_config>()))),
+            ("devices", WB_DEVICES_MAX, 4, Some(size(std::mem::size_of::<wb_device>()))),
+            ("cgroup_policies", WB_CGROUPS_MAX, 8, Some(size(std::mem::size_of::<wb_policy>()))),
+            ("stats", wb_stat::WB_STAT_MAX as u32, 4, Some(8)),
+        ];
+        for (object, obj) in objects() {
+            for (name, max, key, value) in want {
+                let map = obj.maps.get(name).unwrap_or_else(|| panic!("{object} has no map {name}"));
+                assert_eq!(map.max_entries(), max, "{object}: {name}'s max_entries");
+                assert_eq!(map.key_size(), key, "{object}: {name}'s key size");
+                if let Some(value) = value {
+                    assert_eq!(map.value_size(), value, "{object}: {name}'s value size");
+                }
+            }
+        }
+    }
+
+    /// Every string in `src` that follows `open` (up to its closing quote).
+    fn quoted_after<'a>(src: &'a str, open: &'a str) -> impl Iterator<Item = &'a str> {
+        src.match_indices(open).filter_map(move |(at, _)| {
+            let rest = &src[at + open.len()..];
+            rest.find('"').map(|end| &rest[..end])
+        })
+    }
+
+    /// The loader finds maps and programs by their C names; a name it asks
+    /// for that the objects lack fails only at start-up, as root.  So: each
+    /// name loader.rs spells is in both objects, and each program of the
+    /// objects is one loader.rs attaches.
+    #[test]
+    fn the_loader_names_only_maps_and_programs_the_objects_have() {
+        let loader = include_str!("loader.rs");
+        let maps: std::collections::BTreeSet<&str> = ["take(\"", ".map(\"", "map_mut(\"", "take_map(\""]
+            .into_iter()
+            .flat_map(|open| quoted_after(loader, open))
+            .collect();
+        // Program names: every "wb_..." literal that is not a map's.
+        let programs: std::collections::BTreeSet<String> = quoted_after(loader, "\"wb_")
+            .filter(|rest| rest.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+            .map(|rest| format!("wb_{rest}"))
+            .filter(|name| !maps.contains(name.as_str()))
+            .collect();
+        assert!(maps.len() >= 6 && programs.len() >= 10, "the scan of loader.rs found {maps:?} and {programs:?}");
+        for (object, obj) in objects() {
+            for map in &maps {
+                assert!(obj.maps.contains_key(*map), "loader.rs asks {object} for map {map}, which it lacks");
+            }
+            for program in &programs {
+                assert!(
+                    obj.programs.contains_key(program),
+                    "loader.rs asks {object} for program {program}, which it lacks"
+                );
+            }
+            for program in obj.programs.keys() {
+                assert!(programs.contains(program), "{object}'s program {program} is never attached by loader.rs");
+            }
+        }
     }
 
     #[test]

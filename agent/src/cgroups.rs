@@ -21,7 +21,7 @@ use std::{
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
 
 use crate::{
-    abi::{wb_config, wb_policy},
+    abi::{WB_CGROUPS_MAX, wb_config, wb_policy},
     policies::PolicySet,
     power,
 };
@@ -29,7 +29,7 @@ use crate::{
 mod walk;
 
 /// Cgroups walked at most (the BPF map's size).
-const MAX_CGROUPS: usize = 16384;
+const MAX_CGROUPS: usize = WB_CGROUPS_MAX as usize;
 
 /// Cgroups walked at most in one delegated subtree, after all root-owned
 /// ones.  A desktop user's systemd has a few hundred (apps, services,

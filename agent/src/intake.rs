@@ -59,7 +59,7 @@ pub async fn run(
             }
             _ = batch_tick.tick() => {
                 // Closes that never crossed a window do not wake the
-                // agent (see wakeup() in stream.bpf.h): they are read here.
+                // agent (see wakeup() in bpf/emit.bpf.h): they are read here.
                 drain(events.get_mut(), table, SLICE_TIME, &mut backlog);
                 table.tick(cgroups.on_battery());
             }
@@ -124,11 +124,9 @@ impl Control {
     pub fn publish(&self, loaded: &Loaded, table: &StreamTable, cgroups: &CgroupPolicies, backlog: &Backlog) {
         let (streams, devices) = table.status();
         let mut counters = self.counters.snapshot();
-        counters.insert("ring_buffer_drops".into(), loaded.stat(wb_stat::WB_STAT_RB_DROPS));
-        counters.insert("untracked_map_full".into(), loaded.stat(wb_stat::WB_STAT_MAP_FULL));
-        counters.insert("closes_shed".into(), loaded.stat(wb_stat::WB_STAT_CLOSES_SHED));
-        counters.insert("left_self_synced".into(), loaded.stat(wb_stat::WB_STAT_SELF_SYNCED));
-        counters.insert("untracked_user_share".into(), loaded.stat(wb_stat::WB_STAT_USER_SHARE));
+        for stat in wb_stat::ALL {
+            counters.insert(stat.name().into(), loaded.stat(stat));
+        }
         counters.insert("flush_memory_bytes".into(), table.flush_memory() as u64);
         counters.insert("intake_lag_ms".into(), backlog.lag_max / 1_000_000);
         let status = Status {

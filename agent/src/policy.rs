@@ -266,7 +266,11 @@ impl Policy {
 
     /// How windows follow bandwidth, or None for a fixed window.
     pub fn sizing(&self, on_battery: bool) -> Option<Sizing> {
-        let lazy = if on_battery && self.on_battery == OnBattery::Lazy { 4.0 } else { 1.0 };
+        let lazy = if on_battery && self.on_battery == OnBattery::Lazy {
+            f64::from(crate::abi::WB_BATTERY_LAZY_FACTOR)
+        } else {
+            1.0
+        };
         (self.window == Window::Auto).then_some(Sizing {
             window_seconds: self.window_seconds * lazy,
             min_window: self.min_window.0,

@@ -1,5 +1,5 @@
 //! What each user holds of BPF's stream map.  BPF counts an owner's entries
-//! (see current_owner in bpf/stream.bpf.h) at insert and delete, and gives
+//! (see current_owner in bpf/owner.bpf.h) at insert and delete, and gives
 //! none beyond WB_USER_SHARE, half the map.  An LRU eviction is silent to
 //! BPF, so a count errs high: a user whose entries were evicted could be
 //! refused with room to spare.  So the counts are taken again from the map
@@ -26,7 +26,7 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
 
-use crate::abi::{WB_STREAMS_MAX, WB_USER_SHARE, wb_file_stream};
+use crate::abi::{WB_STREAMS_MAX, WB_TOUCH_SHIFT, WB_USER_SHARE, wb_file_stream};
 
 /// BPF's `streams`, by struct file (or address_space) address.
 pub type StreamMap = BpfHashMap<MapData, u64, wb_file_stream>;
@@ -43,8 +43,6 @@ const RECOUNT_IDLE: Duration = Duration::from_secs(60);
 /// An over-share user's entry that crossed no window this long (BPF
 /// stamps it then, not at every write) is let go at a recount.
 const IDLE: Duration = Duration::from_secs(60);
-/// wb_file_stream.touched counts 2^30 ns.
-const TOUCH_SHIFT: u32 = 30;
 
 /// The intake's side: pokes the recount thread, or recounts itself when
 /// none could be started (the counts would otherwise err high for good).
@@ -196,7 +194,7 @@ pub fn recount(entries: HashMap<u64, Seen>, now: u32) -> Recount {
     for seen in entries.values() {
         *held.entry(seen.owner).or_default() += 1;
     }
-    let idle_units = (IDLE.as_nanos() >> TOUCH_SHIFT) as u32;
+    let idle_units = (IDLE.as_nanos() >> WB_TOUCH_SHIFT) as u32;
     let idle = entries
         .into_iter()
         .filter(|(_, s)| {
@@ -208,7 +206,7 @@ pub fn recount(entries: HashMap<u64, Seen>, now: u32) -> Recount {
 
 /// Now in wb_file_stream.touched's units.
 fn touch_now() -> u32 {
-    (crate::sys::monotonic_ns() >> TOUCH_SHIFT) as u32
+    (crate::sys::monotonic_ns() >> WB_TOUCH_SHIFT) as u32
 }
 
 #[cfg(test)]
@@ -222,7 +220,7 @@ mod tests {
     #[test]
     fn only_an_over_share_owner_s_idle_unheld_entries_are_let_go() {
         let share = WB_USER_SHARE as u64;
-        let idle = (IDLE.as_nanos() >> TOUCH_SHIFT) as u32;
+        let idle = (IDLE.as_nanos() >> WB_TOUCH_SHIFT) as u32;
         let now = 10_000;
         let mut entries = HashMap::new();
         // Owner 1000 at its share, a tenth of it idle (one of those held
