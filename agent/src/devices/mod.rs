@@ -5,6 +5,7 @@
 //! file holds the table of devices (`Devices`): what events note, the ticks
 //! that size windows and pace, forgetting idle devices, and status.
 
+mod decide;
 mod probe;
 mod shared;
 
@@ -19,8 +20,14 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
 
-use self::probe::{compress_grain, max_request, sb_dev_name};
-pub use self::shared::{DeviceShared, Waiting};
+use self::{
+    decide::{Action, DeviceView, Figures, Inputs, PacerView, Pushed, ReleaseWhy},
+    probe::{compress_grain, max_request, sb_dev_name},
+};
+pub use self::{
+    decide::{OUTRUN, SMALL_FILES},
+    shared::{DeviceShared, Waiting},
+};
 use crate::{
     abi::{wb_device, wb_event},
     backing::Backing,
@@ -29,61 +36,6 @@ use crate::{
     policy::{OnBattery, Policy},
 };
 
-/// A device stays paced this long after its last writer that counted
-/// (`busy`), so that a writer between two files is not released and
-/// re-throttled.
-const LINGER: Duration = Duration::from_secs(2);
-/// A network filesystem's budget is at least this many seconds of its
-/// bandwidth: there dirty + writeback also holds what was written UNSTABLE
-/// and not yet committed.  A 512 MiB cp over NFS on an emulated Wi-Fi link
-/// (26 MiB/s) took 1.17-1.18x the kernel default's time to `sync` done on a
-/// cap of 8.5 MiB (two windows), its peak 14-17 MiB: the writer also waited
-/// for COMMITs' round trips.  Half a second stays within the 2 s of the
-/// link that peak dirty may be; under its own limit four windows of
-/// NETWORK_WINDOW_SECONDS make one writer's budget a second (peak 26-30
-/// MiB at 26 MiB/s).
-const NETWORK_DIRTY_SECONDS: f64 = 0.5;
-/// A network filesystem's windows and chunks are at least this many seconds
-/// of its measured bandwidth where it has a dirty limit of its own (6.2+).
-/// Each sync_file_range on NFS ends with a COMMIT of the file, which the
-/// server turns into an fsync: a 512 MiB cp over the emulated Wi-Fi link on
-/// 6.12 took 0.97-1.06x the default's time to `sync` done with 102-120
-/// COMMITs, against 1.01-1.08x and 416 in 2 MiB windows.  Not yet under
-/// the global limit (6.1), where what is in flight counts against the limit
-/// every writer shares: with the floor there the Wi-Fi copy took 0.90-1.16x
-/// (gigabit 1.00x), without it 0.90-1.18x (1.13x), one guest run each, too
-/// close to decide.  An SMB copy crawled in both runs, so the floor was not
-/// its cause (Backing::global_lever says what was).
-const NETWORK_WINDOW_SECONDS: f64 = 0.25;
-/// A fast device is paced once its dirty and writeback pages pass this many
-/// budgets of one writer, or a writer of small files (SMALL_FILES) counts.
-/// Before that its writeback keeps up with what is dirtied, and a cap would
-/// only slow the writer: on a 2.8 GB/s device a cap of 0.1 s held `cp -r`
-/// of 3.6 GiB at about 1.5 GB/s in balance_dirty_pages (1.09x the kernel
-/// default's time to `sync` done on ext4, 1.13x on xfs), where the agent's
-/// windows alone kept it at 381 MiB dirty, about one budget.  Nor does a
-/// writer's rate decide it: `cp` from the page cache fills a 2.8 GB/s
-/// device's windows at more than four times its speed for a moment, and a
-/// cap at that moment cost xfs's copy 1.18x the default's time to `sync`
-/// done, against 0.77-0.96x without it.
-pub const OUTRUN: u64 = 2;
-/// Only a device at least this fast (Estimator::capacity) waits for its
-/// writeback to fall behind; a slower one is capped at a counted writer's
-/// first window, as before.
-/// There a memory-speed writer (1 GB/s on this VM) outruns the device
-/// anyway and waiting only lets its first burst grow, and a writer slower
-/// than the device but above a sixteenth of it stays paced: the guests'
-/// service checks pace 6-16 MiB/s writers of their disk, and a systest
-/// run without this bound on 6.1 found none of them paced.
-const FAST_DEVICE: u64 = 1 << 30;
-/// A writer whose closed files average less than this is paced at once
-/// too: under the cap the kernel's flusher writes small files in bulk,
-/// where the agent would flush each (`tar x` of 30,000 files of 1-148 KiB
-/// beside a 1 GiB dd on btrfs, device not capped: 8.38 s to `sync` done
-/// against 6.77 s capped, the system's CPU 12.5 s against 9.9).
-pub const SMALL_FILES: u64 = 1 << 20;
-/// The budget is rewritten only when it moved by more than this fraction.
-const BUDGET_SLACK: f64 = 0.1;
 /// A device with no event for this long, not paced, is forgotten (its record,
 /// and its entries in BPF's `devices` map): every FUSE mount is a device, and
 /// user namespaces let a user make any number of them.  Seen again, it starts
@@ -109,9 +61,7 @@ struct Device {
     /// beside the backing: its bdi's name (0:NN) says nothing of it.
     export: Option<String>,
     /// What BPF was last told (wb_device).
-    pushed_bw: u64,
-    pushed_batch: bool,
-    pushed_floor: u64,
+    pushed: Pushed,
     /// When a writer last counted for pacing (`busy`).
     last_busy: Option<Instant>,
     /// When a writer of small files (SMALL_FILES) last counted.
@@ -131,19 +81,37 @@ struct Device {
 
 impl Device {
     /// What BPF knows of the device (for each of its superblocks).
-    fn entry(&self, bw: u64, batch_closes: bool) -> wb_device {
-        wb_device { bw, floor: self.floor(bw), batch_closes: batch_closes as u64, grain: self.shared.grain }
+    fn entry(&self, bw: u64, floor: u64, batch_closes: bool) -> wb_device {
+        wb_device { bw, floor, batch_closes: batch_closes as u64, grain: self.shared.grain }
     }
 
-    /// The smallest window and chunk worth a sync_file_range at bw: one
-    /// maximal request; on a network filesystem with a limit of its own,
-    /// once the agent has timed it (a link is not assumed fast),
-    /// NETWORK_WINDOW_SECONDS.
+    /// The smallest window and chunk worth a sync_file_range at bw
+    /// (decide::floor).
     fn floor(&self, bw: u64) -> u64 {
-        if self.own_limit && self.shared.network() && self.shared.est.lock().unwrap().sampled() {
-            self.max_request.max(bandwidth::round_pages((bw as f64 * NETWORK_WINDOW_SECONDS) as u64))
-        } else {
-            self.max_request
+        decide::floor(
+            self.max_request,
+            self.own_limit && self.shared.network() && self.shared.est.lock().unwrap().sampled(),
+            bw,
+        )
+    }
+
+    /// What a tick decides from, of the device.
+    fn view(&self) -> DeviceView {
+        let (bw, capacity) = self.shared.rates();
+        DeviceView {
+            bw,
+            capacity,
+            sampled: self.shared.est.lock().unwrap().sampled(),
+            backing: self.shared.backing(),
+            own_limit: self.own_limit,
+            max_request: self.max_request,
+            fast: self.fast,
+            capped_slow: self.capped_slow,
+            dirty: self.dirty,
+            budget: self.budget,
+            last_busy: self.last_busy,
+            last_small_files: self.last_small_files,
+            stalled: self.shared.stalled().is_some(),
         }
     }
 }
@@ -222,9 +190,7 @@ impl Devices {
                 knobs: self.pacer.available(&bdi),
                 own_limit: self.pacer.lever(&bdi) == Some(crate::pacing::Lever::Bdi),
                 export: None,
-                pushed_bw: 0,
-                pushed_batch: false,
-                pushed_floor: 0,
+                pushed: Pushed::default(),
                 last_busy: None,
                 last_small_files: None,
                 fast: false,
@@ -263,7 +229,8 @@ impl Devices {
                 }
             }
             if let Some(m) = &mut self.map {
-                let _ = m.insert(ev.sb_dev, dev.entry(dev.shared.bandwidth(), dev.pushed_batch), 0);
+                let bw = dev.shared.bandwidth();
+                let _ = m.insert(ev.sb_dev, dev.entry(bw, dev.floor(bw), dev.pushed.batch), 0);
             }
         }
         dev.shared.clone()
@@ -361,9 +328,9 @@ impl Devices {
     /// against the default's 20.5 (216 pauses in balance_dirty_pages, 19 s)
     /// while another device was paced through the global limit.
     fn yield_global(&self) -> bool {
+        let now = Instant::now();
         self.devs.values().filter(|d| !d.own_limit && !d.shared.backing().global_lever()).any(|d| {
-            let drained = LINGER + Duration::from_secs_f64(d.dirty as f64 / d.shared.bandwidth().max(1) as f64);
-            d.last_busy.is_some_and(|t| t.elapsed() < drained) || d.shared.stalled().is_some()
+            decide::not_drained(d.dirty, d.shared.bandwidth(), d.last_busy, now) || d.shared.stalled().is_some()
         })
     }
 
@@ -389,83 +356,37 @@ impl Devices {
         self.devs.contains_key(bdi)
     }
 
+    /// Sizes the device's window and chunk and paces it (or not), as
+    /// decide::decide says, and brings BPF's entry for it up to date.
     fn tick_one(&mut self, bdi: &str, active: Active) {
-        let yield_global = self.yielding_global;
-        let sizing = self.sizing();
-        let mut pacing = self.policy.pacing && !(self.on_battery && self.policy.on_battery == OnBattery::Off);
-        let fixed = self.initial_window();
-        let in_flight = self.policy.in_flight_seconds;
-        let stream_dirty = self.policy.stream_dirty.0;
+        let Some(inputs) = self.inputs(bdi, active, Instant::now()) else {
+            return;
+        };
+        let decision = decide::decide(&inputs);
+        let bw = inputs.device.bw;
         let Some(dev) = self.devs.get_mut(bdi) else {
             return;
         };
-        pacing &= self.policy.pace_user_devices || !dev.shared.user_made();
-        pacing &= dev.own_limit || (dev.shared.backing().global_lever() && !yield_global);
-        let (bw, capacity) = dev.shared.rates();
-        dev.fast |= capacity >= FAST_DEVICE;
-        let floor = dev.floor(bw);
-        dev.shared.chunk.store(bandwidth::chunk(bw, in_flight, floor), Relaxed);
-        // BPF sizes each writer's window from bw with its own policy; the
-        // root policy's window here sizes batches and the dirty budget.
-        let window = sizing.map_or(fixed, |z| z.window(bw, floor));
-        dev.shared.window.store(window, Relaxed);
-        let busy = active.writers > 0 || dev.last_busy.is_some_and(|t| t.elapsed() < LINGER);
-        if pacing && dev.budget != 0 && dev.shared.stalled().is_some() {
-            // Its writers wait for it whatever the cap; what it holds is
-            // counted for the others' sake (at least the budget: `dirty` is
-            // from its last event, and a stalled device sends few).
-            self.pacer.stall(bdi, dev.dirty.max(dev.budget));
-        } else if pacing && busy {
-            // Between two writers (LINGER) the budget stays as it was:
-            // nobody needs a new one (and a stick pulled mid-copy is gone).
-            let lingering = active.writers == 0 && dev.budget != 0;
-            let mut dirty_seconds =
-                self.pacer.dirty_seconds(bdi, sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds));
-            if dev.shared.network() {
-                dirty_seconds = dirty_seconds.max(NETWORK_DIRTY_SECONDS);
-            }
-            // A fast device's cap is from what it has shown it can write
-            // (its estimate lags behind: a cap from the estimate held the
-            // raw device's 3.6 GiB copy to 1.13x the default's time to
-            // `sync` done on xfs, against 0.77x); the estimate's, tighter,
-            // while small files come, which the kernel writes best in bulk
-            // (`tar x` beside a dd: 89 MiB dirty at most and 0.97x the
-            // default's time, against 231 MiB and 1.04x).
-            let small = dev.last_small_files.is_some_and(|t| t.elapsed() < LINGER);
-            let sized_by = if dev.fast && !small { capacity } else { bw };
-            let budget = bandwidth::dirty_budget(sized_by, dirty_seconds, stream_dirty, window, active);
-            let moved = (budget as f64 - dev.budget as f64).abs() > BUDGET_SLACK * dev.budget as f64;
-            // One writer's budget, not all of them: ten streams' windows
-            // add up to gigabytes on a fast device.
-            let one = bandwidth::dirty_budget(
-                sized_by,
-                dirty_seconds,
-                stream_dirty,
-                window,
-                Active { writers: 1, windowed: 1 },
-            );
-            let keeps_up = dev.fast && !small && dev.dirty <= OUTRUN * one;
-            if keeps_up && dev.budget != 0 && dev.capped_slow {
-                // Capped on a first estimate under FAST_DEVICE (the kernel's
-                // for a device it had measured only lightly: xfs's raw device
-                // started at 0.25 GB/s where it writes 2.8) that the agent's
-                // own writeback has since shown fast: a fast device's rule
-                // from now on.
+        dev.fast = decision.fast;
+        dev.shared.chunk.store(decision.chunk, Relaxed);
+        dev.shared.window.store(decision.window, Relaxed);
+        match decision.action {
+            Action::Keep => {}
+            Action::Stall { held } => self.pacer.stall(bdi, held),
+            Action::Release { why: ReleaseWhy::Fast } => {
                 tracing::info!(bdi, bw, "the device is fast: uncapped until its writeback falls behind");
                 self.pacer.release(bdi);
                 (dev.budget, dev.capped_slow) = (0, false);
-            } else if keeps_up && dev.budget == 0 {
-                // Not paced (yet): the next event or tick looks again.
-            } else if dev.budget == 0 || self.pacer.is_stalled(bdi) || (moved && !lingering) {
-                if dev.budget == 0 {
-                    let why = match () {
-                        _ if !dev.fast => "under 1 GiB/s: capped at a writer's first window",
-                        _ if small => "a writer of small files",
-                        _ => "its writeback fell behind",
-                    };
+            }
+            Action::Release { why: ReleaseWhy::Unpaced } => {
+                self.pacer.release(bdi);
+                dev.budget = 0;
+            }
+            Action::Cap { budget, why, capped_slow } => {
+                if let Some(why) = why {
                     tracing::info!(bdi, bw, dirty = dev.dirty, budget, why, "capping the device");
-                    dev.capped_slow = !dev.fast;
                 }
+                dev.capped_slow = capped_slow;
                 dev.budget = match self.pacer.pace(bdi, budget) {
                     Ok(true) => budget,
                     Ok(false) => 0,
@@ -475,22 +396,39 @@ impl Devices {
                     }
                 };
             }
-        } else if dev.budget != 0 || self.pacer.is_paced(bdi) {
-            self.pacer.release(bdi);
-            dev.budget = 0;
         }
-        // Paced, or never to be: no close needs the agent at once.
-        let batch = dev.budget != 0 || !pacing || !dev.knobs || self.pacer.stepped_aside(bdi);
-        if (bw.abs_diff(dev.pushed_bw) * 20 > dev.pushed_bw || batch != dev.pushed_batch || floor != dev.pushed_floor)
+        let batch = decide::batch_closes(dev.budget, decision.pacing, dev.knobs, || self.pacer.stepped_aside(bdi));
+        if let Some(pushed) = decide::push(dev.pushed, bw, batch, decision.floor)
             && let Some(m) = &mut self.map
         {
-            let entry = dev.entry(bw, batch);
+            let entry = dev.entry(bw, decision.floor, batch);
             for sb in &dev.sb_devs {
                 let _ = m.insert(*sb, entry, 0);
             }
-            (dev.pushed_bw, dev.pushed_batch, dev.pushed_floor) = (bw, batch, floor);
+            dev.pushed = pushed;
+            let window = decision.window;
             tracing::debug!(bdi, bw, window, batch, "device updated for BPF");
         }
+    }
+
+    /// What the device's tick decides from (None for a device not known).
+    fn inputs(&self, bdi: &str, active: Active, now: Instant) -> Option<Inputs> {
+        let dev = self.devs.get(bdi)?;
+        let sizing = self.sizing();
+        let figures = Figures {
+            pacing: self.policy.pacing && !(self.on_battery && self.policy.on_battery == OnBattery::Off),
+            pace_user_devices: self.policy.pace_user_devices,
+            sizing,
+            fixed_window: self.initial_window(),
+            in_flight_seconds: self.policy.in_flight_seconds,
+            stream_dirty: self.policy.stream_dirty.0,
+        };
+        let pacer = PacerView {
+            dirty_seconds: self.pacer.dirty_seconds(bdi, sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds)),
+            is_stalled: self.pacer.is_stalled(bdi),
+            is_paced: self.pacer.is_paced(bdi),
+        };
+        Some(Inputs { now, figures, yield_global: self.yielding_global, active, device: dev.view(), pacer })
     }
 
     /// For `wbctl devices`.

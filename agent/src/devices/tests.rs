@@ -1,7 +1,11 @@
 //! Tests of the device table: idle devices forgotten, and the pacing rules
 //! driven through a fake sysfs.
 
-use super::{shared::STALLED, *};
+use super::{
+    decide::{LINGER, NETWORK_WINDOW_SECONDS},
+    shared::STALLED,
+    *,
+};
 
 /// Devices no event named for DEVICE_IDLE are forgotten; a recent one is kept.
 #[test]
@@ -109,12 +113,12 @@ fn a_network_filesystems_windows_and_chunks_are_a_quarter_second_of_its_link_und
     let (bw, _) = disk.rates();
     let quarter = (bw as f64 * NETWORK_WINDOW_SECONDS) as u64;
     assert!(disk.chunk() >= quarter && disk.window() >= quarter, "a COMMIT per quarter second, at most");
-    assert!(d.devs["7:0"].entry(bw, false).floor >= quarter, "BPF's windows too");
+    assert!(d.devs["7:0"].floor(bw) >= quarter, "BPF's windows too");
     // Under the global limit two such chunks in flight would fill it.
     assert!(d.devs["7:0"].own_limit, "the fake sysfs has the bdi's knobs");
     d.devs.get_mut("7:0").unwrap().own_limit = false;
     d.tick(&writing, false);
-    assert!(disk.chunk() < quarter && d.devs["7:0"].entry(bw, false).floor < quarter, "the global limit: as a disk");
+    assert!(disk.chunk() < quarter && d.devs["7:0"].floor(bw) < quarter, "the global limit: as a disk");
     d.shutdown();
 }
 
