@@ -27,7 +27,7 @@ pub(super) const LINGER: Duration = Duration::from_secs(2);
 /// link that peak dirty may be; under its own limit four windows of
 /// NETWORK_WINDOW_SECONDS make one writer's budget a second (peak 26-30
 /// MiB at 26 MiB/s).
-const NETWORK_DIRTY_SECONDS: f64 = 0.5;
+pub(super) const NETWORK_DIRTY_SECONDS: f64 = 0.5;
 /// A network filesystem's windows and chunks are at least this many seconds
 /// of its measured bandwidth where it has a dirty limit of its own (6.2+).
 /// Each sync_file_range on NFS ends with a COMMIT of the file, which the

@@ -6,6 +6,8 @@
 //! that size windows and pace, forgetting idle devices, and status.
 
 mod decide;
+#[cfg(test)]
+mod decide_tests;
 mod probe;
 mod shared;
 
