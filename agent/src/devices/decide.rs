@@ -289,14 +289,12 @@ pub(super) struct Pushed {
     pub floor: u64,
 }
 
-/// What BPF is to be told, if what it was told is out of date: the
-/// bandwidth moved by more than a twentieth, or batching or the floor changed.
-pub(super) fn push(pushed: Pushed, bw: u64, batch: bool, floor: u64) -> Option<Pushed> {
-    (bw.abs_diff(pushed.bw) * 20 > pushed.bw || batch != pushed.batch || floor != pushed.floor).then_some(Pushed {
-        bw,
-        batch,
-        floor,
-    })
+/// What BPF is to be told, if what it was told (`pushed`; None: not known,
+/// an insert failed) is out of date: the bandwidth moved by more than a
+/// twentieth, or batching or the floor changed.
+pub(super) fn push(pushed: Option<Pushed>, bw: u64, batch: bool, floor: u64) -> Option<Pushed> {
+    let stale = pushed.is_none_or(|p| bw.abs_diff(p.bw) * 20 > p.bw || batch != p.batch || floor != p.floor);
+    stale.then_some(Pushed { bw, batch, floor })
 }
 
 /// Whether what a device's last writer (at `last_busy`) left could still

@@ -309,12 +309,15 @@ fn bpf_batches_closes_of_a_device_paced_or_never_to_be_and_is_told_what_moved() 
     assert!(batch_closes(0, true, false, asked), "no knobs");
     assert!(batch_closes(0, true, true, || true), "the agent stepped aside");
     assert!(!batch_closes(0, true, true, || false), "to be paced, not yet: closes go to the agent at once");
-    let told = Pushed { bw: 100 * MIB, batch: false, floor: MIB };
+    let was = Pushed { bw: 100 * MIB, batch: false, floor: MIB };
+    let told = Some(was);
     assert_eq!(push(told, 105 * MIB, false, MIB), None, "a twentieth: not worth a write");
     assert_eq!(push(told, 95 * MIB, false, MIB), None);
     let moved = 105 * MIB + 4096;
-    assert_eq!(push(told, moved, false, MIB), Some(Pushed { bw: moved, ..told }));
-    assert_eq!(push(told, 100 * MIB, true, MIB), Some(Pushed { batch: true, ..told }));
-    assert_eq!(push(told, 100 * MIB, false, 2 * MIB), Some(Pushed { floor: 2 * MIB, ..told }));
-    assert!(push(Pushed::default(), 0, false, 0).is_none() && push(Pushed::default(), 1, false, 0).is_some());
+    assert_eq!(push(told, moved, false, MIB), Some(Pushed { bw: moved, ..was }));
+    assert_eq!(push(told, 100 * MIB, true, MIB), Some(Pushed { batch: true, ..was }));
+    assert_eq!(push(told, 100 * MIB, false, 2 * MIB), Some(Pushed { floor: 2 * MIB, ..was }));
+    let new = Some(Pushed::default());
+    assert!(push(new, 0, false, 0).is_none() && push(new, 1, false, 0).is_some());
+    assert_eq!(push(None, 100 * MIB, false, MIB), Some(was), "an insert failed: pushed again");
 }

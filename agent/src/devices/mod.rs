@@ -9,6 +9,7 @@ mod decide;
 #[cfg(test)]
 mod decide_tests;
 mod probe;
+mod push;
 mod shared;
 
 use std::{
@@ -62,8 +63,9 @@ struct Device {
     /// A network filesystem's "server:/export" (its mount's source), shown
     /// beside the backing: its bdi's name (0:NN) says nothing of it.
     export: Option<String>,
-    /// What BPF was last told (wb_device).
-    pushed: Pushed,
+    /// What BPF was last told (wb_device); None when an insert failed
+    /// since, and its entries are not known.
+    pushed: Option<Pushed>,
     /// When a writer last counted for pacing (`busy`).
     last_busy: Option<Instant>,
     /// When a writer of small files (SMALL_FILES) last counted.
@@ -128,13 +130,24 @@ pub struct Devices {
     /// The global lever is left to the administrator's values while a
     /// device it must not pace is written (`yield_global`).
     yielding_global: bool,
+    /// Failed inserts into `map`, for their warning.
+    map_failures: push::Failures,
     page_size: u64,
 }
 
 impl Devices {
     pub fn new(policy: Policy, map: Option<DeviceMap>, pacer: Pacer) -> Self {
         let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-        Self { policy, map, pacer, devs: HashMap::new(), on_battery: false, yielding_global: false, page_size }
+        Self {
+            policy,
+            map,
+            pacer,
+            devs: HashMap::new(),
+            on_battery: false,
+            yielding_global: false,
+            map_failures: push::Failures::default(),
+            page_size,
+        }
     }
 
     /// New root policy (reloaded): windows and budgets follow at the next tick.
@@ -192,7 +205,7 @@ impl Devices {
                 knobs: self.pacer.available(&bdi),
                 own_limit: self.pacer.lever(&bdi) == Some(crate::pacing::Lever::Bdi),
                 export: None,
-                pushed: Pushed::default(),
+                pushed: Some(Pushed::default()),
                 last_busy: None,
                 last_small_files: None,
                 fast: false,
@@ -232,7 +245,10 @@ impl Devices {
             }
             if let Some(m) = &mut self.map {
                 let bw = dev.shared.bandwidth();
-                let _ = m.insert(ev.sb_dev, dev.entry(bw, dev.floor(bw), dev.pushed.batch), 0);
+                let entry = dev.entry(bw, dev.floor(bw), dev.pushed.is_some_and(|p| p.batch));
+                if let Err(e) = m.insert(ev.sb_dev, entry, 0) {
+                    self.map_failures.note(&mut dev.pushed, &bdi, &e, Instant::now());
+                }
             }
         }
         dev.shared.clone()
@@ -400,16 +416,16 @@ impl Devices {
             }
         }
         let batch = decide::batch_closes(dev.budget, decision.pacing, dev.knobs, || self.pacer.stepped_aside(bdi));
-        if let Some(pushed) = decide::push(dev.pushed, bw, batch, decision.floor)
+        if let Some(next) = decide::push(dev.pushed, bw, batch, decision.floor)
             && let Some(m) = &mut self.map
         {
             let entry = dev.entry(bw, decision.floor, batch);
-            for sb in &dev.sb_devs {
-                let _ = m.insert(*sb, entry, 0);
+            let insert = |sb| m.insert(sb, entry, 0);
+            let sbs = dev.sb_devs.iter().copied();
+            if push::push(&mut dev.pushed, next, sbs, insert, &mut self.map_failures, bdi, inputs.now) {
+                let window = decision.window;
+                tracing::debug!(bdi, bw, window, batch, "device updated for BPF");
             }
-            dev.pushed = pushed;
-            let window = decision.window;
-            tracing::debug!(bdi, bw, window, batch, "device updated for BPF");
         }
     }
 
