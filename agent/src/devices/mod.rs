@@ -8,6 +8,7 @@
 mod decide;
 #[cfg(test)]
 mod decide_tests;
+mod device;
 mod probe;
 mod push;
 mod shared;
@@ -24,7 +25,8 @@ use std::{
 use aya::maps::{HashMap as BpfHashMap, MapData};
 
 use self::{
-    decide::{Action, DeviceView, Figures, Inputs, PacerView, Pushed, ReleaseWhy},
+    decide::{Action, Figures, Inputs, PacerView, Pushed, ReleaseWhy},
+    device::Device,
     probe::{compress_grain, max_request, sb_dev_name},
 };
 pub use self::{
@@ -47,78 +49,6 @@ const DEVICE_IDLE: Duration = Duration::from_secs(600);
 
 /// What BPF sizes windows from: the `devices` map, by sb_dev.
 pub type DeviceMap = BpfHashMap<MapData, u32, wb_device>;
-
-struct Device {
-    shared: Arc<DeviceShared>,
-    /// Superblocks on this device (btrfs: one bdi, several may appear).
-    sb_devs: HashSet<u32>,
-    /// One maximal request of the device, the floor of its window (and
-    /// of its chunk); at least the grain.
-    max_request: u64,
-    /// The kernel has the bdi's pacing knobs (read once: a bdi keeps them).
-    knobs: bool,
-    /// Paced through a dirty limit of its own (the bdi lever), not the
-    /// global one every writer shares.
-    own_limit: bool,
-    /// A network filesystem's "server:/export" (its mount's source), shown
-    /// beside the backing: its bdi's name (0:NN) says nothing of it.
-    export: Option<String>,
-    /// What BPF was last told (wb_device); None when an insert failed
-    /// since, and its entries are not known.
-    pushed: Option<Pushed>,
-    /// When a writer last counted for pacing (`busy`).
-    last_busy: Option<Instant>,
-    /// When a writer of small files (SMALL_FILES) last counted.
-    last_small_files: Option<Instant>,
-    /// Its capacity (Estimator::capacity) has reached FAST_DEVICE once: it
-    /// is fast, whatever a moment's contention makes of the estimate later.
-    fast: bool,
-    /// Capped before it was known to be fast: released once it is.
-    capped_slow: bool,
-    /// Dirty + writeback bytes of the device at its latest event.
-    dirty: u64,
-    /// The dirty cap the agent set, 0 when not pacing.
-    budget: u64,
-    /// When an event last named it.
-    last_event: Instant,
-}
-
-impl Device {
-    /// What BPF knows of the device (for each of its superblocks).
-    fn entry(&self, bw: u64, floor: u64, batch_closes: bool) -> wb_device {
-        wb_device { bw, floor, batch_closes: batch_closes as u64, grain: self.shared.grain }
-    }
-
-    /// The smallest window and chunk worth a sync_file_range at bw
-    /// (decide::floor).
-    fn floor(&self, bw: u64) -> u64 {
-        decide::floor(
-            self.max_request,
-            self.own_limit && self.shared.network() && self.shared.est.lock().unwrap().sampled(),
-            bw,
-        )
-    }
-
-    /// What a tick decides from, of the device.
-    fn view(&self) -> DeviceView {
-        let (bw, capacity) = self.shared.rates();
-        DeviceView {
-            bw,
-            capacity,
-            sampled: self.shared.est.lock().unwrap().sampled(),
-            backing: self.shared.backing(),
-            own_limit: self.own_limit,
-            max_request: self.max_request,
-            fast: self.fast,
-            capped_slow: self.capped_slow,
-            dirty: self.dirty,
-            budget: self.budget,
-            last_busy: self.last_busy,
-            last_small_files: self.last_small_files,
-            stalled: self.shared.stalled().is_some(),
-        }
-    }
-}
 
 pub struct Devices {
     /// The root policy: its sizing and device-wide keys.
@@ -213,6 +143,7 @@ impl Devices {
                 dirty: 0,
                 budget: 0,
                 last_event: Instant::now(),
+                dirtied: None,
             }
         });
         dev.last_event = Instant::now();
@@ -292,6 +223,19 @@ impl Devices {
     /// The dirty cap the agent holds on the device now; 0 when not pacing.
     pub fn budget(&self, bdi: &str) -> u64 {
         self.devs.get(bdi).map_or(0, |d| d.budget)
+    }
+
+    /// Adds what a writer dirtied to its device's rate; whether all of the
+    /// device's writers together now dirty at a meaningful rate
+    /// (Device::dirtied; false for a device not known).
+    pub fn dirtied(&mut self, bdi: &str, bytes: u64, now: Instant) -> bool {
+        self.devs.get_mut(bdi).is_some_and(|d| d.dirtied(bytes, now))
+    }
+
+    /// The devices whose writers together dirty at a meaningful rate at
+    /// `now`.
+    pub fn dirtying(&self, now: Instant) -> HashSet<&str> {
+        self.devs.iter().filter(|(_, d)| d.dirtying(now)).map(|(bdi, _)| bdi.as_str()).collect()
     }
 
     /// Resizes windows from the latest estimates and paces the devices with

@@ -169,3 +169,29 @@ fn an_smb_share_is_paced_under_its_own_limit_and_the_global_one_paces_nobody_whi
     assert!(d.budget("7:0") != 0 && d.budget("7:1") != 0, "an NFS mount is paced like a disk");
     d.shutdown();
 }
+
+#[test]
+fn what_a_devices_writers_dirty_together_is_its_rate_and_goes_with_its_record() {
+    let sysfs = crate::pacing::tests::FakeSysfs::new("device-rate");
+    let mut d = Devices::new(Policy::embedded_default(), None, sysfs.pacer());
+    disk_holding(&mut d, 64 << 20, 0);
+    // Twenty writers, each at a twentieth of what counts (an eighth of the
+    // device's bandwidth over bandwidth::Rate's 2 s), count together.
+    let (bw, now) = (d.bandwidth("7:0"), Instant::now());
+    let each = bw.div_ceil(8 * 20);
+    for _ in 0..19 {
+        assert!(!d.dirtied("7:0", each, now));
+    }
+    assert!(!d.dirtying(now).contains("7:0"));
+    assert!(d.dirtied("7:0", each, now), "the twentieth");
+    assert!(d.dirtying(now).contains("7:0"));
+    assert!(!d.dirtying(now + Duration::from_secs(10)).contains("7:0"), "forgotten within seconds");
+    assert!(!d.dirtied("7:9", bw, now), "a device not known");
+    // Forgotten with the device (idle), it starts again from nothing.
+    let later = now + DEVICE_IDLE;
+    d.forget_idle(later, |_| false);
+    assert!(!d.knows("7:0"));
+    disk_holding(&mut d, 64 << 20, 0);
+    assert!(!d.dirtying(now).contains("7:0"));
+    d.shutdown();
+}
