@@ -3,7 +3,10 @@
 //! whether the device is being paced.  Owned by the intake task; the part a
 //! flusher thread needs (`DeviceShared`, shared.rs) is shared with it.  This
 //! file holds the table of devices (`Devices`): what events note, the ticks
-//! that size windows and pace, forgetting idle devices, and status.
+//! that size windows and pace, forgetting idle devices, and status.  Each
+//! device's record is device.rs; a tick's decision, a pure function, is
+//! decide.rs (tick_one gathers its inputs and applies it); writing BPF's
+//! map is push.rs; what is read of the system once per device, probe.rs.
 
 mod decide;
 #[cfg(test)]
