@@ -148,8 +148,6 @@ pub struct StreamTable {
     max_held: usize,
     /// The held-files cap was logged (again once the table has drained).
     over_cap_logged: bool,
-    /// What each device's writers dirtied lately, together.
-    device_rates: HashMap<String, Rate>,
     /// What waiting flushes hold, in all of `pending`, `left` and the
     /// devices' queues.
     memory: FlushMemory,
@@ -196,7 +194,6 @@ impl StreamTable {
             next_id: 0,
             max_held,
             over_cap_logged: false,
-            device_rates: HashMap::new(),
             memory: FlushMemory::new(FLUSH_MEMORY),
         }
     }
@@ -274,7 +271,7 @@ impl StreamTable {
         }
         let (id, file, bdi) = (s.id, s.file.clone(), s.bdi.clone());
         let counts = s.counts(now, self.devices.quiet(), dev.bandwidth(), false);
-        if self.device_dirtied(&bdi, ev.end - ev.start, now) || counts {
+        if self.devices.dirtied(&bdi, ev.end - ev.start, now) || counts {
             self.devices.busy(&bdi, false);
         }
         if !dev.flushes_span_to(ev.end) {
@@ -360,7 +357,7 @@ impl StreamTable {
         let tail = ev.end - ev.start;
         let dev = self.devices.note(ev);
         let now = Instant::now();
-        let device_busy = self.device_dirtied(&ev.bdi(), tail, now);
+        let device_busy = self.devices.dirtied(&ev.bdi(), tail, now);
         if let Some(s) = self.streams.remove(&key) {
             s.file.set_path(path);
             if let Some(job) = self.flush_of(ev, Target::Held(s.file.clone()), &dev) {
@@ -407,7 +404,7 @@ impl StreamTable {
     fn by_handle(&mut self, key: StreamKey, ev: &wb_event, dev: &Arc<crate::devices::DeviceShared>) {
         let now = Instant::now();
         self.note_writer(key.tgid, ev, ev.end - ev.start, now).windowed = true;
-        let device_busy = self.device_dirtied(&ev.bdi(), ev.end - ev.start, now);
+        let device_busy = self.devices.dirtied(&ev.bdi(), ev.end - ev.start, now);
         self.writer_busy(key.tgid, device_busy);
         if !dev.flushes_span_to(ev.end) {
             return;
@@ -439,17 +436,6 @@ impl StreamTable {
             let (bdi, small) = (w.bdi.clone(), w.bytes < crate::devices::SMALL_FILES * w.files);
             self.devices.busy(&bdi, small);
         }
-    }
-
-    /// Adds what a writer dirtied to its device's rate; whether all of the
-    /// device's writers together now dirty at a meaningful rate.  Each may
-    /// be below it (twenty downloads to a stick, each at a twentieth of it)
-    /// and still outrun the device together.
-    fn device_dirtied(&mut self, bdi: &str, bytes: u64, now: Instant) -> bool {
-        let bw = self.devices.bandwidth(bdi);
-        let r = self.device_rates.entry(bdi.to_owned()).or_insert_with(|| Rate::new(now));
-        r.add(bytes, now);
-        r.meaningful(now, bw)
     }
 
     /// Submits batches that waited long enough; reports idle writers;
@@ -498,12 +484,7 @@ impl StreamTable {
         // Nor does one, or a multi-file writer, that writes too slowly to
         // need it (bandwidth::MEANINGFUL).
         let devices = &self.devices;
-        let busy: HashSet<&str> = self
-            .device_rates
-            .iter()
-            .filter(|(bdi, r)| r.meaningful(now, devices.bandwidth(bdi)))
-            .map(|(bdi, _)| bdi.as_str())
-            .collect();
+        let busy = devices.dirtying(now);
         let counts = |s: &Stream| s.counts(now, quiet, devices.bandwidth(&s.bdi), busy.contains(s.bdi.as_str()));
         for (key, s) in self.streams.iter().filter(|(_, s)| counts(s)) {
             active.entry(s.bdi.clone()).or_default().add(true);
@@ -521,8 +502,6 @@ impl StreamTable {
         self.flushers.retire_idle();
         let flushers = &self.flushers;
         self.devices.forget_idle(now, |bdi| flushers.has(bdi));
-        let devices = &self.devices;
-        self.device_rates.retain(|bdi, _| devices.knows(bdi));
     }
 
     /// The root policy changed (reload).

@@ -1,0 +1,102 @@
+//! One device's record in the table (`Device`): its superblocks, what was
+//! read of it once (its maximal request, its knobs and lever), what BPF was
+//! last told, its writers' latest times, whether it is fast and how it is
+//! capped, and what its writers dirtied lately together (its rate).
+
+use std::{collections::HashSet, sync::Arc, time::Instant};
+
+use super::{
+    decide::{self, DeviceView, Pushed},
+    shared::DeviceShared,
+};
+use crate::{abi::wb_device, bandwidth::Rate};
+
+pub(super) struct Device {
+    pub(super) shared: Arc<DeviceShared>,
+    /// Superblocks on this device (btrfs: one bdi, several may appear).
+    pub(super) sb_devs: HashSet<u32>,
+    /// One maximal request of the device, the floor of its window (and
+    /// of its chunk); at least the grain.
+    pub(super) max_request: u64,
+    /// The kernel has the bdi's pacing knobs (read once: a bdi keeps them).
+    pub(super) knobs: bool,
+    /// Paced through a dirty limit of its own (the bdi lever), not the
+    /// global one every writer shares.
+    pub(super) own_limit: bool,
+    /// A network filesystem's "server:/export" (its mount's source), shown
+    /// beside the backing: its bdi's name (0:NN) says nothing of it.
+    pub(super) export: Option<String>,
+    /// What BPF was last told (wb_device); None when an insert failed
+    /// since, and its entries are not known.
+    pub(super) pushed: Option<Pushed>,
+    /// When a writer last counted for pacing (`busy`).
+    pub(super) last_busy: Option<Instant>,
+    /// When a writer of small files (SMALL_FILES) last counted.
+    pub(super) last_small_files: Option<Instant>,
+    /// Its capacity (Estimator::capacity) has reached FAST_DEVICE once: it
+    /// is fast, whatever a moment's contention makes of the estimate later.
+    pub(super) fast: bool,
+    /// Capped before it was known to be fast: released once it is.
+    pub(super) capped_slow: bool,
+    /// Dirty + writeback bytes of the device at its latest event.
+    pub(super) dirty: u64,
+    /// The dirty cap the agent set, 0 when not pacing.
+    pub(super) budget: u64,
+    /// When an event last named it.
+    pub(super) last_event: Instant,
+    /// What its writers dirtied lately, together (None until one did).
+    pub(super) dirtied: Option<Rate>,
+}
+
+impl Device {
+    /// What BPF knows of the device (for each of its superblocks).
+    pub(super) fn entry(&self, bw: u64, floor: u64, batch_closes: bool) -> wb_device {
+        wb_device { bw, floor, batch_closes: batch_closes as u64, grain: self.shared.grain }
+    }
+
+    /// The smallest window and chunk worth a sync_file_range at bw
+    /// (decide::floor).
+    pub(super) fn floor(&self, bw: u64) -> u64 {
+        decide::floor(
+            self.max_request,
+            self.own_limit && self.shared.network() && self.shared.est.lock().unwrap().sampled(),
+            bw,
+        )
+    }
+
+    /// What a tick decides from, of the device.
+    pub(super) fn view(&self) -> DeviceView {
+        let (bw, capacity) = self.shared.rates();
+        DeviceView {
+            bw,
+            capacity,
+            sampled: self.shared.est.lock().unwrap().sampled(),
+            backing: self.shared.backing(),
+            own_limit: self.own_limit,
+            max_request: self.max_request,
+            fast: self.fast,
+            capped_slow: self.capped_slow,
+            dirty: self.dirty,
+            budget: self.budget,
+            last_busy: self.last_busy,
+            last_small_files: self.last_small_files,
+            stalled: self.shared.stalled().is_some(),
+        }
+    }
+
+    /// Adds what a writer dirtied to the device's rate; whether all of its
+    /// writers together now dirty at a meaningful rate.  Each may be below
+    /// it (twenty downloads to a stick, each at a twentieth of it) and
+    /// still outrun the device together.
+    pub(super) fn dirtied(&mut self, bytes: u64, now: Instant) -> bool {
+        let bw = self.shared.bandwidth();
+        let r = self.dirtied.get_or_insert_with(|| Rate::new(now));
+        r.add(bytes, now);
+        r.meaningful(now, bw)
+    }
+
+    /// Whether its writers together dirty at a meaningful rate at `now`.
+    pub(super) fn dirtying(&self, now: Instant) -> bool {
+        self.dirtied.is_some_and(|r| r.meaningful(now, self.shared.bandwidth()))
+    }
+}

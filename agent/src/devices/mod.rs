@@ -1,0 +1,435 @@
+//! Per-device state: each backing device's bandwidth estimate, the window
+//! derived from it (pushed to BPF, where the in-kernel trigger uses it), and
+//! whether the device is being paced.  Owned by the intake task; the part a
+//! flusher thread needs (`DeviceShared`, shared.rs) is shared with it.  This
+//! file holds the table of devices (`Devices`): what events note, the ticks
+//! that size windows and pace, forgetting idle devices, and status.  Each
+//! device's record is device.rs; a tick's decision, a pure function, is
+//! decide.rs (tick_one gathers its inputs and applies it); writing BPF's
+//! map is push.rs; what is read of the system once per device, probe.rs.
+
+mod decide;
+#[cfg(test)]
+mod decide_tests;
+mod device;
+mod probe;
+mod push;
+mod shared;
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+    time::{Duration, Instant},
+};
+
+use aya::maps::{HashMap as BpfHashMap, MapData};
+
+use self::{
+    decide::{Action, Figures, Inputs, PacerView, Pushed, ReleaseWhy},
+    device::Device,
+    probe::{compress_grain, max_request, sb_dev_name},
+};
+pub use self::{
+    decide::{OUTRUN, SMALL_FILES},
+    shared::{DeviceShared, Waiting},
+};
+use crate::{
+    abi::{wb_device, wb_event},
+    backing::Backing,
+    bandwidth::{self, Active, Estimator, Sizing},
+    pacing::Pacer,
+    policy::{OnBattery, Policy},
+};
+
+/// A device with no event for this long, not paced, is forgotten (its record,
+/// and its entries in BPF's `devices` map): every FUSE mount is a device, and
+/// user namespaces let a user make any number of them.  Seen again, it starts
+/// from the kernel's bandwidth estimate.
+const DEVICE_IDLE: Duration = Duration::from_secs(600);
+
+/// What BPF sizes windows from: the `devices` map, by sb_dev.
+pub type DeviceMap = BpfHashMap<MapData, u32, wb_device>;
+
+pub struct Devices {
+    /// The root policy: its sizing and device-wide keys.
+    policy: Policy,
+    map: Option<DeviceMap>,
+    pacer: Pacer,
+    devs: HashMap<String, Device>,
+    on_battery: bool,
+    /// The global lever is left to the administrator's values while a
+    /// device it must not pace is written (`yield_global`).
+    yielding_global: bool,
+    /// Failed inserts into `map`, for their warning.
+    map_failures: push::Failures,
+    page_size: u64,
+}
+
+impl Devices {
+    pub fn new(policy: Policy, map: Option<DeviceMap>, pacer: Pacer) -> Self {
+        let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+        Self {
+            policy,
+            map,
+            pacer,
+            devs: HashMap::new(),
+            on_battery: false,
+            yielding_global: false,
+            map_failures: push::Failures::default(),
+            page_size,
+        }
+    }
+
+    /// New root policy (reloaded): windows and budgets follow at the next tick.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
+    }
+
+    /// After this long without a window, a stream no longer counts as
+    /// writing (the root policy's `quiet`).
+    pub fn quiet(&self) -> Duration {
+        self.policy.quiet.0
+    }
+
+    /// The sizing in force (None: fixed windows).
+    fn sizing(&self) -> Option<Sizing> {
+        self.policy.sizing(self.on_battery)
+    }
+
+    fn initial_window(&self) -> u64 {
+        self.policy.initial_window()
+    }
+
+    /// Records what an event says about its device; returns the device.
+    pub fn note(&mut self, ev: &wb_event) -> Arc<DeviceShared> {
+        let bdi = ev.bdi();
+        let window = self.initial_window();
+        let initial_bw = (self.policy.min_window.0 as f64 / self.policy.window_seconds) as u64;
+        let in_flight = self.policy.in_flight_seconds;
+        // Read once for a superblock not seen before (its grain, its
+        // backing), and not at all for the events after.
+        let new_sb = self.devs.get(&bdi).is_none_or(|d| !d.sb_devs.contains(&ev.sb_dev));
+        let (mounts, sb_dev) = if new_sb { (crate::sys::mounts(), sb_dev_name(ev.sb_dev)) } else { Default::default() };
+        let dev = self.devs.entry(bdi.clone()).or_insert_with(|| {
+            let grain = compress_grain(&sb_dev, &mounts);
+            let max_request = max_request(&bdi).max(grain);
+            tracing::debug!(bdi, max_request, grain, "new device");
+            if grain != 0 {
+                tracing::info!(
+                    bdi,
+                    grain,
+                    "btrfs compresses here: windows are whole extents, so that it keeps compressing"
+                );
+            }
+            Device {
+                shared: Arc::new(DeviceShared {
+                    est: Mutex::new(Estimator::new(initial_bw)),
+                    window: AtomicU64::new(window),
+                    chunk: AtomicU64::new(bandwidth::chunk(initial_bw, in_flight, max_request)),
+                    grain,
+                    backing: Mutex::new(Backing::Disk),
+                    waiting: Mutex::new(None),
+                }),
+                sb_devs: HashSet::new(),
+                max_request,
+                knobs: self.pacer.available(&bdi),
+                own_limit: self.pacer.lever(&bdi) == Some(crate::pacing::Lever::Bdi),
+                export: None,
+                pushed: Some(Pushed::default()),
+                last_busy: None,
+                last_small_files: None,
+                fast: false,
+                capped_slow: false,
+                dirty: 0,
+                budget: 0,
+                last_event: Instant::now(),
+                dirtied: None,
+            }
+        });
+        dev.last_event = Instant::now();
+        dev.shared.est.lock().unwrap().kernel(ev.bdi_bw_pages * self.page_size);
+        dev.dirty = (ev.bdi_dirty_pages as i64).max(0) as u64 * self.page_size;
+        if dev.sb_devs.insert(ev.sb_dev) {
+            // Each superblock of the device is looked at once: one a user
+            // made (a FUSE mount on a shared anonymous bdi cannot be, but
+            // a loop device may carry several) makes the whole bdi theirs.
+            let backing = Backing::of(&bdi, &sb_dev, &mounts);
+            if backing.user_made() || dev.sb_devs.len() == 1 {
+                if backing.user_made() && !dev.shared.user_made() {
+                    tracing::info!(
+                        bdi,
+                        backing = %backing.describe(),
+                        "a user sets this device's speed: it paces nobody unless the root policy says pace_user_devices"
+                    );
+                }
+                *dev.shared.backing.lock().unwrap() = backing;
+                if backing.network() {
+                    dev.export = mounts.iter().find(|m| m.dev == sb_dev).map(|m| m.source.clone());
+                }
+                if !backing.global_lever() && !dev.own_limit {
+                    tracing::info!(
+                        bdi,
+                        backing = %backing.describe(),
+                        "no dirty limit of its own: windows only, the global limit stays the administrator's"
+                    );
+                }
+            }
+            if let Some(m) = &mut self.map {
+                let bw = dev.shared.bandwidth();
+                let entry = dev.entry(bw, dev.floor(bw), dev.pushed.is_some_and(|p| p.batch));
+                if let Err(e) = m.insert(ev.sb_dev, entry, 0) {
+                    self.map_failures.note(&mut dev.pushed, &bdi, &e, Instant::now());
+                }
+            }
+        }
+        dev.shared.clone()
+    }
+
+    /// A writer that counts for pacing (bandwidth::meaningful) wrote to
+    /// the device: paced from now, not from the next tick, once its dirty
+    /// pages show that it does not keep up (OUTRUN), since a writer faster
+    /// than the device piles up ~100 MiB per 100 ms tick.  Other
+    /// events (a trickle of closes) neither start nor prolong pacing.
+    /// `small_files`: the writer's files are small (SMALL_FILES), paced at
+    /// once whatever its dirty pages say yet.
+    pub fn busy(&mut self, bdi: &str, small_files: bool) {
+        let Some(dev) = self.devs.get_mut(bdi) else { return };
+        let now = Instant::now();
+        dev.last_busy = Some(now);
+        if small_files {
+            dev.last_small_files = Some(now);
+        }
+        if dev.budget == 0 && self.policy.pacing {
+            self.update_yield();
+            self.tick_one(bdi, Active { writers: 1, windowed: 1 });
+        }
+    }
+
+    /// A device an event was noted for, unless forgotten since (idle).
+    pub fn device(&self, bdi: &str) -> Option<Arc<DeviceShared>> {
+        self.devs.get(bdi).map(|d| d.shared.clone())
+    }
+
+    /// The device's bandwidth estimate (0 for a device never seen).
+    pub fn bandwidth(&self, bdi: &str) -> u64 {
+        self.devs.get(bdi).map_or(0, |d| d.shared.bandwidth())
+    }
+
+    /// The device's window (the configured one for a device never seen).
+    pub fn window(&self, bdi: &str) -> u64 {
+        self.devs.get(bdi).map_or_else(|| self.initial_window(), |d| d.shared.window())
+    }
+
+    /// The dirty cap the agent holds on the device now; 0 when not pacing.
+    pub fn budget(&self, bdi: &str) -> u64 {
+        self.devs.get(bdi).map_or(0, |d| d.budget)
+    }
+
+    /// Adds what a writer dirtied to its device's rate; whether all of the
+    /// device's writers together now dirty at a meaningful rate
+    /// (Device::dirtied; false for a device not known).
+    pub fn dirtied(&mut self, bdi: &str, bytes: u64, now: Instant) -> bool {
+        self.devs.get_mut(bdi).is_some_and(|d| d.dirtied(bytes, now))
+    }
+
+    /// The devices whose writers together dirty at a meaningful rate at
+    /// `now`.
+    pub fn dirtying(&self, now: Instant) -> HashSet<&str> {
+        self.devs.iter().filter(|(_, d)| d.dirtying(now)).map(|(bdi, _)| bdi.as_str()).collect()
+    }
+
+    /// Resizes windows from the latest estimates and paces the devices with
+    /// active streaming writers.
+    pub fn tick(&mut self, active: &HashMap<String, Active>, on_battery: bool) {
+        self.on_battery = on_battery;
+        self.update_yield();
+        let bdis: Vec<String> = self.devs.keys().cloned().collect();
+        for bdi in bdis {
+            let a = active.get(&bdi).copied().unwrap_or_default();
+            self.tick_one(&bdi, a);
+        }
+        self.pacer.tick();
+    }
+
+    /// Forgets devices no event named for DEVICE_IDLE, unless paced or
+    /// `in_use` (a flusher thread still holds the record: one stuck in a
+    /// hung device's writeback keeps feeding its bandwidth samples, which a
+    /// new record would not see).
+    pub fn forget_idle(&mut self, now: Instant, in_use: impl Fn(&str) -> bool) {
+        let pacer = &self.pacer;
+        let idle: Vec<String> = self
+            .devs
+            .iter()
+            .filter(|(bdi, d)| {
+                now - d.last_event >= DEVICE_IDLE && d.budget == 0 && !pacer.is_paced(bdi) && !in_use(bdi)
+            })
+            .map(|(bdi, _)| bdi.clone())
+            .collect();
+        for bdi in idle {
+            let d = self.devs.remove(&bdi).expect("listed above");
+            if let Some(m) = &mut self.map {
+                // A superblock number another device has taken since (an
+                // anonymous one, freed at an unmount and given to the next
+                // FUSE or btrfs mount) is that device's entry now.
+                for sb in d.sb_devs.iter().filter(|sb| !self.devs.values().any(|o| o.sb_devs.contains(sb))) {
+                    let _ = m.remove(sb);
+                }
+            }
+            tracing::debug!(bdi, "device forgotten (idle)");
+        }
+    }
+
+    /// Whether a device the global limit must not pace (Backing::
+    /// global_lever) and without a limit of its own is being written, or
+    /// still holds what was written: until its last writer's pages could
+    /// have drained at its bandwidth, or while its flusher thread is
+    /// stalled (a silent server: its pages stay).  Then no device is paced
+    /// through the global limit: one low enough to pace any device holds
+    /// every writer, and it fills with that device's pages.  On 6.1, with
+    /// the SMB share itself unpaced, the 512 MiB cp still took 35.8 s
+    /// against the default's 20.5 (216 pauses in balance_dirty_pages, 19 s)
+    /// while another device was paced through the global limit.
+    fn yield_global(&self) -> bool {
+        let now = Instant::now();
+        self.devs.values().filter(|d| !d.own_limit && !d.shared.backing().global_lever()).any(|d| {
+            decide::not_drained(d.dirty, d.shared.bandwidth(), d.last_busy, now) || d.shared.stalled().is_some()
+        })
+    }
+
+    /// Decides `yield_global` for every device of this tick (or of a
+    /// writer that just counted), and logs when it changes.
+    fn update_yield(&mut self) {
+        let yielding = self.policy.pacing && self.yield_global();
+        if yielding == self.yielding_global {
+            return;
+        }
+        self.yielding_global = yielding;
+        if yielding {
+            tracing::info!(
+                "an SMB share is written without a dirty limit of its own: the global limit is the administrator's until it is done"
+            );
+        } else {
+            tracing::info!("no SMB share written any more: the global limit paces again");
+        }
+    }
+
+    /// Whether the device has a record (an event named it lately).
+    pub fn knows(&self, bdi: &str) -> bool {
+        self.devs.contains_key(bdi)
+    }
+
+    /// Sizes the device's window and chunk and paces it (or not), as
+    /// decide::decide says, and brings BPF's entry for it up to date.
+    fn tick_one(&mut self, bdi: &str, active: Active) {
+        let Some(inputs) = self.inputs(bdi, active, Instant::now()) else {
+            return;
+        };
+        let decision = decide::decide(&inputs);
+        let bw = inputs.device.bw;
+        let Some(dev) = self.devs.get_mut(bdi) else {
+            return;
+        };
+        dev.fast = decision.fast;
+        dev.shared.chunk.store(decision.chunk, Relaxed);
+        dev.shared.window.store(decision.window, Relaxed);
+        match decision.action {
+            Action::Keep => {}
+            Action::Stall { held } => self.pacer.stall(bdi, held),
+            Action::Release { why: ReleaseWhy::Fast } => {
+                tracing::info!(bdi, bw, "the device is fast: uncapped until its writeback falls behind");
+                self.pacer.release(bdi);
+                (dev.budget, dev.capped_slow) = (0, false);
+            }
+            Action::Release { why: ReleaseWhy::Unpaced } => {
+                self.pacer.release(bdi);
+                dev.budget = 0;
+            }
+            Action::Cap { budget, why, capped_slow } => {
+                if let Some(why) = why {
+                    tracing::info!(bdi, bw, dirty = dev.dirty, budget, why, "capping the device");
+                }
+                dev.capped_slow = capped_slow;
+                dev.budget = match self.pacer.pace(bdi, budget) {
+                    Ok(true) => budget,
+                    Ok(false) => 0,
+                    Err(e) => {
+                        tracing::warn!(bdi, error = %format!("{e:#}"), "cannot pace device");
+                        0
+                    }
+                };
+            }
+        }
+        let batch = decide::batch_closes(dev.budget, decision.pacing, dev.knobs, || self.pacer.stepped_aside(bdi));
+        if let Some(next) = decide::push(dev.pushed, bw, batch, decision.floor)
+            && let Some(m) = &mut self.map
+        {
+            let entry = dev.entry(bw, decision.floor, batch);
+            let insert = |sb| m.insert(sb, entry, 0);
+            let sbs = dev.sb_devs.iter().copied();
+            if push::push(&mut dev.pushed, next, sbs, insert, &mut self.map_failures, bdi, inputs.now) {
+                let window = decision.window;
+                tracing::debug!(bdi, bw, window, batch, "device updated for BPF");
+            }
+        }
+    }
+
+    /// What the device's tick decides from (None for a device not known).
+    fn inputs(&self, bdi: &str, active: Active, now: Instant) -> Option<Inputs> {
+        let dev = self.devs.get(bdi)?;
+        let sizing = self.sizing();
+        let figures = Figures {
+            pacing: self.policy.pacing && !(self.on_battery && self.policy.on_battery == OnBattery::Off),
+            pace_user_devices: self.policy.pace_user_devices,
+            sizing,
+            fixed_window: self.initial_window(),
+            in_flight_seconds: self.policy.in_flight_seconds,
+            stream_dirty: self.policy.stream_dirty.0,
+        };
+        let pacer = PacerView {
+            dirty_seconds: self.pacer.dirty_seconds(bdi, sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds)),
+            is_stalled: self.pacer.is_stalled(bdi),
+            is_paced: self.pacer.is_paced(bdi),
+        };
+        Some(Inputs { now, figures, yield_global: self.yielding_global, active, device: dev.view(), pacer })
+    }
+
+    /// For `wbctl devices`.
+    pub fn status(&self) -> Vec<crate::status::DeviceStatus> {
+        let mut v: Vec<_> = self
+            .devs
+            .iter()
+            .map(|(bdi, d)| crate::status::DeviceStatus {
+                bdi: bdi.clone(),
+                bandwidth: d.shared.bandwidth(),
+                window: d.shared.window(),
+                chunk: d.shared.chunk(),
+                dirty: d.dirty,
+                paced_budget: d.budget,
+                stalled_secs: d.shared.stalled().map_or(0.0, |d| d.as_secs_f64()),
+                lever: self.pacer.lever_of(bdi).into(),
+                backing: match &d.export {
+                    Some(export) => format!("{} {export}", d.shared.backing().describe()),
+                    None => d.shared.backing().describe(),
+                },
+            })
+            .collect();
+        v.sort_by(|a, b| a.bdi.cmp(&b.bdi));
+        v
+    }
+
+    /// The global dirty limits in force while the agent paces through them.
+    pub fn global_limits(&self) -> Option<crate::pacing::GlobalLimits> {
+        self.pacer.global_status()
+    }
+
+    /// Puts every bdi limit the agent changed back (daemon stopping).
+    pub fn shutdown(&mut self) {
+        self.pacer.release_all();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,197 @@
+//! Tests of the device table: idle devices forgotten, and the pacing rules
+//! driven through a fake sysfs.
+
+use super::{
+    decide::{LINGER, NETWORK_WINDOW_SECONDS},
+    shared::STALLED,
+    *,
+};
+
+/// Devices no event named for DEVICE_IDLE are forgotten; a recent one is kept.
+#[test]
+fn idle_devices_are_forgotten() {
+    let dir = std::env::temp_dir().join(format!("wb-devices-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let global = crate::pacing::Global::with_paths(dir.join("vm"), dir.join("vmstat"), dir.join("global"));
+    let pacer = Pacer::with_paths(dir.clone(), dir.join("journal"), global, crate::pacing::Lever::Auto);
+    let mut devices = Devices::new(Policy::embedded_default(), None, pacer);
+    for (i, bdi) in [b"0:70", b"0:71"].iter().enumerate() {
+        let mut ev = wb_event { sb_dev: 70 + i as u32, ..Default::default() };
+        for (d, s) in ev.bdi.iter_mut().zip(bdi.iter()) {
+            *d = *s as std::ffi::c_char;
+        }
+        devices.note(&ev);
+    }
+    // Ten minutes on (not back: the clock may not be ten minutes old),
+    // with an event on 0:71 a moment before.
+    let later = Instant::now() + DEVICE_IDLE;
+    devices.devs.get_mut("0:71").unwrap().last_event = later - Duration::from_secs(1);
+    devices.forget_idle(later, |bdi| bdi == "0:72");
+    assert!(!devices.knows("0:70") && devices.knows("0:71"));
+    // Nor one whose flusher thread is still there.
+    devices.devs.get_mut("0:71").unwrap().last_event = later - DEVICE_IDLE;
+    devices.forget_idle(later, |bdi| bdi == "0:71");
+    assert!(devices.knows("0:71"));
+    devices.forget_idle(later, |_| false);
+    assert!(!devices.knows("0:71"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A device on a fake sysfs, named by an event that says it holds
+/// `dirty` bytes and writes at `bw` bytes a second.
+fn disk_holding(devices: &mut Devices, bw: u64, dirty: u64) {
+    device_holding(devices, "7:0", bw, dirty);
+}
+
+/// The same for `bdi` ("7:N", its superblock 9 + N).
+fn device_holding(devices: &mut Devices, bdi: &str, bw: u64, dirty: u64) {
+    let page = devices.page_size;
+    let minor: u32 = bdi.strip_prefix("7:").unwrap().parse().unwrap();
+    let mut ev =
+        wb_event { sb_dev: 9 + minor, bdi_bw_pages: bw / page, bdi_dirty_pages: dirty / page, ..Default::default() };
+    for (d, s) in ev.bdi.iter_mut().zip(bdi.as_bytes()) {
+        *d = *s as std::ffi::c_char;
+    }
+    devices.note(&ev);
+    *devices.devs.get_mut(bdi).unwrap().shared.backing.lock().unwrap() = Backing::Disk;
+}
+
+#[test]
+fn a_fast_device_is_paced_once_its_writeback_falls_behind_or_small_files_come_even_if_first_thought_slow() {
+    let sysfs = crate::pacing::tests::FakeSysfs::new("outrun");
+    let devices = || Devices::new(Policy::embedded_default(), None, sysfs.pacer());
+    const MIB: u64 = 1 << 20;
+    const FAST: u64 = 2 << 30;
+    // One writer's budget at 2 GiB/s: four windows of 61 MiB.
+    let mut d = devices();
+    disk_holding(&mut d, FAST, 8 * MIB);
+    d.busy("7:0", false);
+    assert_eq!(d.budget("7:0"), 0, "8 MiB dirty: its writeback keeps up");
+    disk_holding(&mut d, FAST, 1024 * MIB);
+    d.busy("7:0", false);
+    assert_ne!(d.budget("7:0"), 0, "1 GiB dirty: it does not");
+    d.shutdown();
+    let mut d = devices();
+    disk_holding(&mut d, FAST, 8 * MIB);
+    d.busy("7:0", true);
+    assert_ne!(d.budget("7:0"), 0, "a writer of small files: at once");
+    d.shutdown();
+    let mut d = devices();
+    disk_holding(&mut d, 200 * MIB, 8 * MIB);
+    d.busy("7:0", false);
+    assert_ne!(d.budget("7:0"), 0, "a 200 MiB/s device: at once, as ever");
+    // The next tick, the device measured fast since.
+    let writing = HashMap::from([("7:0".to_owned(), Active { writers: 1, windowed: 1 })]);
+    disk_holding(&mut d, FAST, 8 * MIB);
+    d.tick(&writing, false);
+    assert_eq!(d.budget("7:0"), 0, "measured fast since: uncapped");
+    disk_holding(&mut d, 200 * MIB, 8 * MIB);
+    d.tick(&writing, false);
+    assert_eq!(d.budget("7:0"), 0, "fast once, fast still: contention slows an estimate");
+    d.busy("7:0", true);
+    assert_ne!(d.budget("7:0"), 0, "and capped once a writer of small files counts");
+    d.shutdown();
+}
+
+#[test]
+fn a_network_filesystems_windows_and_chunks_are_a_quarter_second_of_its_link_under_its_own_limit() {
+    let sysfs = crate::pacing::tests::FakeSysfs::new("network-floor");
+    let mut d = Devices::new(Policy::embedded_default(), None, sysfs.pacer());
+    const MIB: u64 = 1 << 20;
+    let writing = HashMap::from([("7:0".to_owned(), Active { writers: 1, windowed: 1 })]);
+    disk_holding(&mut d, 26 * MIB, 8 * MIB);
+    d.tick(&writing, false);
+    let disk = d.devs["7:0"].shared.clone();
+    let (bw, _) = disk.rates();
+    assert!(disk.chunk() < bw / 4 && disk.window() < bw / 4, "a disk's: a fraction of that");
+    *disk.backing.lock().unwrap() = Backing::Network;
+    d.tick(&writing, false);
+    let quarter = (bw as f64 * NETWORK_WINDOW_SECONDS) as u64;
+    assert!(disk.chunk() < quarter, "a link the agent has not timed: as a disk");
+    disk.sample(26 * MIB, Duration::from_secs(1));
+    d.tick(&writing, false);
+    let (bw, _) = disk.rates();
+    let quarter = (bw as f64 * NETWORK_WINDOW_SECONDS) as u64;
+    assert!(disk.chunk() >= quarter && disk.window() >= quarter, "a COMMIT per quarter second, at most");
+    assert!(d.devs["7:0"].floor(bw) >= quarter, "BPF's windows too");
+    // Under the global limit two such chunks in flight would fill it.
+    assert!(d.devs["7:0"].own_limit, "the fake sysfs has the bdi's knobs");
+    d.devs.get_mut("7:0").unwrap().own_limit = false;
+    d.tick(&writing, false);
+    assert!(disk.chunk() < quarter && d.devs["7:0"].floor(bw) < quarter, "the global limit: as a disk");
+    d.shutdown();
+}
+
+#[test]
+fn an_smb_share_is_paced_under_its_own_limit_and_the_global_one_paces_nobody_while_it_is_written() {
+    let sysfs = crate::pacing::tests::FakeSysfs::new("smb-lever");
+    sysfs.add("7:1");
+    let mut d = Devices::new(Policy::embedded_default(), None, sysfs.pacer());
+    const MIB: u64 = 1 << 20;
+    let one = Active { writers: 1, windowed: 1 };
+    let writing = HashMap::from([("7:0".to_owned(), one), ("7:1".to_owned(), one)]);
+    disk_holding(&mut d, 26 * MIB, 8 * MIB);
+    device_holding(&mut d, "7:1", 26 * MIB, 8 * MIB);
+    *d.devs["7:0"].shared.backing.lock().unwrap() = Backing::Smb;
+    d.busy("7:0", false);
+    d.tick(&writing, false);
+    assert!(d.budget("7:0") != 0 && d.budget("7:1") != 0, "under their own limits: both paced");
+    // Both on the global lever (the fake sysfs has knobs: paced
+    // through them all the same, which is not what is tested here).
+    for dev in d.devs.values_mut() {
+        dev.own_limit = false;
+    }
+    d.tick(&writing, false);
+    assert_eq!((d.budget("7:0"), d.budget("7:1")), (0, 0), "the global limit: nobody while the share is written");
+    assert!(!d.pacer.is_paced("7:0") && !d.pacer.is_paced("7:1"));
+    d.tick(&writing, false);
+    assert_eq!((d.budget("7:0"), d.budget("7:1")), (0, 0), "nor at the next tick");
+    // The share's writer gone LINGER ago, its 8 MiB not yet drained
+    // at 2 MiB/s: nothing paced yet.
+    let disk_only = HashMap::from([("7:1".to_owned(), one)]);
+    let share = d.devs["7:0"].shared.clone();
+    share.sample(2 * MIB, Duration::from_secs(1));
+    d.devs.get_mut("7:0").unwrap().last_busy = Instant::now().checked_sub(LINGER * 2);
+    d.tick(&disk_only, false);
+    assert_eq!(d.budget("7:1"), 0, "the share's pages still draining");
+    // Nor while its server does not answer.
+    d.devs.get_mut("7:0").unwrap().last_busy = Instant::now().checked_sub(LINGER * 10);
+    let waiting = share.waiting();
+    *share.waiting.lock().unwrap() = Instant::now().checked_sub(STALLED + Duration::from_secs(1));
+    d.tick(&disk_only, false);
+    assert_eq!(d.budget("7:1"), 0, "the share stalled");
+    drop(waiting);
+    d.tick(&disk_only, false);
+    assert!(d.budget("7:0") == 0 && d.budget("7:1") != 0, "the share done: the disk paced again");
+    *d.devs["7:0"].shared.backing.lock().unwrap() = Backing::Network;
+    d.busy("7:0", false);
+    d.tick(&writing, false);
+    assert!(d.budget("7:0") != 0 && d.budget("7:1") != 0, "an NFS mount is paced like a disk");
+    d.shutdown();
+}
+
+#[test]
+fn what_a_devices_writers_dirty_together_is_its_rate_and_goes_with_its_record() {
+    let sysfs = crate::pacing::tests::FakeSysfs::new("device-rate");
+    let mut d = Devices::new(Policy::embedded_default(), None, sysfs.pacer());
+    disk_holding(&mut d, 64 << 20, 0);
+    // Twenty writers, each at a twentieth of what counts (an eighth of the
+    // device's bandwidth over bandwidth::Rate's 2 s), count together.
+    let (bw, now) = (d.bandwidth("7:0"), Instant::now());
+    let each = bw.div_ceil(8 * 20);
+    for _ in 0..19 {
+        assert!(!d.dirtied("7:0", each, now));
+    }
+    assert!(!d.dirtying(now).contains("7:0"));
+    assert!(d.dirtied("7:0", each, now), "the twentieth");
+    assert!(d.dirtying(now).contains("7:0"));
+    assert!(!d.dirtying(now + Duration::from_secs(10)).contains("7:0"), "forgotten within seconds");
+    assert!(!d.dirtied("7:9", bw, now), "a device not known");
+    // Forgotten with the device (idle), it starts again from nothing.
+    let later = now + DEVICE_IDLE;
+    d.forget_idle(later, |_| false);
+    assert!(!d.knows("7:0"));
+    disk_holding(&mut d, 64 << 20, 0);
+    assert!(!d.dirtying(now).contains("7:0"));
+    d.shutdown();
+}
