@@ -30,12 +30,17 @@ const OUT: &str = "target/deb";
 
 pub use tryout::main as tryout;
 
-pub fn main(args: &[String]) -> Result<()> {
-    let check = match args {
-        [] => false,
-        [a] if a == "--check" => true,
-        _ => bail!("usage: cargo xtask deb [--check]"),
-    };
+/// build target/deb/writebehindd_<version>_<arch>.deb (release)
+#[derive(clap::Args, Debug, Default, PartialEq)]
+pub struct Args {
+    /// then check it (what `test` runs): its contents, lintian,
+    /// install/upgrade/remove/purge in a throwaway root
+    #[arg(long)]
+    pub check: bool,
+}
+
+pub fn main(args: &Args) -> Result<()> {
+    let check = args.check;
     crate::cargo(&["build", "--release", "-p", "writebehindd"])?;
     let deb = build()?;
     println!("built {} ({} KiB)", deb.display(), fs::metadata(&deb)?.len() / 1024);

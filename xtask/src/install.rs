@@ -11,16 +11,16 @@ use anyhow::{Context, Result, bail};
 
 use crate::layout::{LOCAL, POLICY_DIR};
 
-fn root(args: &[String]) -> Result<PathBuf> {
-    match args {
-        [] => Ok("/".into()),
-        [flag, dir] if flag == "--root" => Ok(dir.into()),
-        _ => bail!("usage: cargo xtask install|uninstall [--root DIR]"),
-    }
+/// Where install puts the files, and uninstall removes them from.
+#[derive(clap::Args, Debug, PartialEq)]
+pub struct Args {
+    /// the root the files go under (install) or are removed from (uninstall)
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
 }
 
-pub fn install(args: &[String]) -> Result<()> {
-    let root = root(args)?;
+pub fn install(args: &Args) -> Result<()> {
+    let root = &args.root;
     crate::cargo(&["build", "--release", "-p", "writebehindd"])?;
     for f in LOCAL.files()? {
         let dst = root.join(&f.dst);
@@ -38,7 +38,7 @@ pub fn install(args: &[String]) -> Result<()> {
     }
     fs::create_dir_all(root.join(POLICY_DIR))?;
     println!("policy drop-ins go in {}", root.join(POLICY_DIR).display());
-    reload_systemd(&root);
+    reload_systemd(root);
     println!("now: systemctl enable --now writebehindd");
     Ok(())
 }
@@ -52,8 +52,8 @@ pub fn completion(shell: &str) -> Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-pub fn uninstall(args: &[String]) -> Result<()> {
-    let root = root(args)?;
+pub fn uninstall(args: &Args) -> Result<()> {
+    let root = &args.root;
     if root == Path::new("/") {
         let _ = Command::new("systemctl").args(["disable", "--now", "writebehindd"]).status();
     }
@@ -72,7 +72,7 @@ pub fn uninstall(args: &[String]) -> Result<()> {
     // used one stays.
     let _ = fs::remove_dir(root.join(POLICY_DIR));
     let _ = fs::remove_dir(root.join("etc/writebehindd"));
-    reload_systemd(&root);
+    reload_systemd(root);
     Ok(())
 }
 

@@ -1,13 +1,18 @@
 //! cargo xtask: the project's build, run, test and bench entry points.
 //!
 //!   cargo xtask run [-- ARGS]   build (release) and run the daemon in the foreground
-//!   cargo xtask test            build everything, run every test (root; real BPF)
+//!   cargo xtask test [ARGS]     build everything, run every test (root; real BPF)
 //!   cargo xtask vmtest          the tests on Debian's stock kernels under qemu (fentry backend)
 //!   cargo xtask systest         the service under systemd on Debian 12 and 13, their stock kernels
 //!   cargo xtask bench [--quick] measure write-behind against the alternatives
+//!   cargo xtask install         build (release) and install under --root (default /); uninstall
 //!   cargo xtask deb [--check]   build the Debian package (and check it)
+//!
+//! The command line and each command's help are in cli.rs; `cargo xtask
+//! help COMMAND` (or COMMAND --help) prints them.
 
 mod bench;
+mod cli;
 mod deb;
 mod guest;
 mod install;
@@ -21,60 +26,25 @@ use std::{
 };
 
 use anyhow::{Result, bail};
-
-const USAGE: &str = "\
-usage: cargo xtask <command>
-
-commands:
-  run [-- ARGS]      build the daemon (release) and run it in the foreground as root
-  test [ARGS]        build, then run all tests (needs root: they load BPF and make loop devices);
-                     ARGS go to cargo test (e.g. a test name filter)
-  bench [--quick]    run the benchmark scenarios side by side with the kernel default
-  vmtest [--quick] [--kernel V[,V...]] [--only TEST[,TEST...]] [--backend fentry|tracepoint]
-                     run the integration tests on Debian's stock kernels under qemu (TCG):
-                     5.10 (Debian 11's, the oldest supported), 6.1, 6.12 and 7.2 (sid), on the
-                     fentry backend and on the tracepoint backend, the differential test on the
-                     oldest and the newest (--quick, which `test` runs: fewer tests, most on
-                     fentry only; --only: these test binaries; --backend: this one only)
-  systest [--quick] [--kernel V[,V...]] [--deb FILE|--no-deb] [--only usb|db] [--images]
-                     the service under systemd (PID 1) on each stock kernel under qemu, 5.10 and
-                     6.1 in a Debian 12 guest, 6.12 and 7.2 in a Debian 13 one, built with
-                     mmdebstrap (cached in target/guest; --images: only build them):
-                     apt install of the .deb (built first; --no-deb: debug binaries + unit
-                     copied), enable --now, READY, fentry, no watchdog restart, journal,
-                     kill -9, security exposure, purge; USB sticks (vfat, exFAT, ntfs3 on a
-                     throttled usb-storage device: cp, cp -r, rsync, gio against the kernel
-                     default, surprise removal, hotplug); without --quick, PostgreSQL's
-                     pgbench on the stick beside a copy (its own image, with postgresql)
-  install [--root DIR]    build (release) and install the daemon, wbctl, the systemd unit,
-                          completions and docs under DIR (default /); then
-                          systemctl enable --now writebehindd
-  uninstall [--root DIR]  remove what install put there (policies in /etc are kept)
-  deb [--check]      build target/deb/writebehindd_<version>_<arch>.deb (release); --check, which
-                     `test` runs: its contents, lintian, install/upgrade/remove/purge in a throwaway root";
+use clap::{CommandFactory, Parser};
+use cli::{Cli, Cmd};
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("run") => run(&args[1..]),
-        Some("test") => test(&args[1..]),
-        Some("bench") => bench::main(&args[1..]),
-        Some("vmtest") => vmtest::main(&args[1..]),
-        Some("systest") => systest::main(&args[1..]),
-        // Run inside the vmtest guest: each backend's cost per write.
-        Some("overhead") => vmtest::overhead(&args[1..]),
-        Some("install") => install::install(&args[1..]),
-        Some("uninstall") => install::uninstall(&args[1..]),
-        Some("deb") => deb::main(&args[1..]),
-        // Run by `deb --check`, in a mount namespace of its own.
-        Some("deb-tryout") => deb::tryout(&args[1..]),
-        // The bench's in-application writers (Linus's loop, RWF_DONTCACHE).
-        Some("writer") => bench::writer::main(&args[1..]),
-        Some("-h" | "--help") | None => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        Some(other) => Err(anyhow::anyhow!("unknown command {other:?}\n{USAGE}")),
+    // Errors in the arguments are clap's: its message, usage, exit 2.
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Some(Cmd::Run { args }) => run(args),
+        Some(Cmd::Test { args }) => test(args),
+        Some(Cmd::Bench(args)) => bench::main(args),
+        Some(Cmd::Vmtest(args)) => vmtest::main(args),
+        Some(Cmd::Systest(args)) => systest::main(args),
+        Some(Cmd::Install(args)) => install::install(args),
+        Some(Cmd::Uninstall(args)) => install::uninstall(args),
+        Some(Cmd::Deb(args)) => deb::main(args),
+        Some(Cmd::Overhead { args }) => vmtest::overhead(args),
+        Some(Cmd::DebTryout { args }) => deb::tryout(args),
+        Some(Cmd::Writer { args }) => bench::writer::main(args),
+        None => Cli::command().print_help().map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -153,7 +123,7 @@ fn test_phases(args: &[String], phases: &mut Vec<Phase>) -> Result<()> {
     let guests = args.is_empty().then(|| {
         std::thread::spawn(|| -> Result<()> {
             vmtest::prepare_quick()?;
-            systest::main(&["--quick".into(), "--images".into()])
+            systest::main(&systest::Args { quick: true, images: true, ..Default::default() })
         })
     });
     // Integration tests spawn the daemon binary, so build it first.
@@ -180,17 +150,18 @@ fn test_phases(args: &[String], phases: &mut Vec<Phase>) -> Result<()> {
     timed("host tests", &mut || cargo(&cmd))?;
     if let Some(vmtest) = vmtest {
         // The package: what it holds, lintian, dpkg install and purge.
-        timed("deb --check", &mut || deb::main(&["--check".into()]))?;
+        timed("deb --check", &mut || deb::main(&deb::Args { check: true }))?;
         // The bench is not a test, but its harness is: set up the throttled
         // device, one short run per mode, tear down.
-        timed("bench --smoke", &mut || bench::main(&["--smoke".into(), "--out".into(), "target/bench/smoke".into()]))?;
+        let smoke = bench::Args { smoke: true, out: Some("target/bench/smoke".into()), ..Default::default() };
+        timed("bench --smoke", &mut || bench::main(&smoke))?;
         // What is left of the guest's run once the host's phases are done.
         let mut vmtest = Some(vmtest);
         timed("vmtest --quick", &mut || vmtest.take().map_or(Ok(()), vmtest::Beside::finish))?;
         // The package as a service under systemd (PID 1, cgroup v2) on
         // Debian's stock 6.1, 6.12 and 7.2 (systest::QUICK_KERNELS; 5.10
         // was booted above).
-        timed("systest --quick", &mut || systest::main(&["--quick".into()]))?;
+        timed("systest --quick", &mut || systest::main(&systest::Args { quick: true, ..Default::default() }))?;
     }
     Ok(())
 }

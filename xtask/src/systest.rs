@@ -41,6 +41,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use clap::ArgAction::Set;
 
 use crate::guest::{self, kernels};
 
@@ -92,11 +93,15 @@ fn newest_deb() -> Result<Option<PathBuf>> {
 }
 
 /// What runs in the second boot: everything, or one part (--only).
-#[derive(Clone, Copy, PartialEq)]
-enum Only {
+#[derive(Clone, Copy, PartialEq, Debug, clap::ValueEnum)]
+pub enum Only {
+    #[value(skip)]
     All,
+    /// the USB sticks
     Usb,
+    /// PostgreSQL beside a copy
     Db,
+    /// NFS
     Nfs,
 }
 
@@ -215,43 +220,49 @@ fn results(log: &[String]) -> (Option<i32>, Vec<String>) {
     (exit, lines)
 }
 
-pub fn main(args: &[String]) -> Result<()> {
-    let mut quick = false;
-    let mut versions: Option<Vec<&str>> = None;
-    let mut deb = None;
-    let mut no_deb = false;
-    let mut only = Only::All;
-    let mut images_only = false;
-    let mut default_on_all = false;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match (a.as_str(), it.clone().next()) {
-            ("--quick", _) => quick = true,
-            ("--kernel", Some(k)) => {
-                versions = Some(k.split(',').map(|v| Ok(kernels::line(v)?.version)).collect::<Result<_>>()?);
-                it.next();
-            }
-            ("--no-deb", _) => no_deb = true,
-            ("--images", _) => images_only = true,
-            ("--default-everywhere", _) => default_on_all = true,
-            ("--only", Some(o)) if ["usb", "db", "nfs"].contains(&o.as_str()) => {
-                only = match o.as_str() {
-                    "usb" => Only::Usb,
-                    "db" => Only::Db,
-                    _ => Only::Nfs,
-                };
-                it.next();
-            }
-            ("--deb", Some(f)) => {
-                deb = Some(PathBuf::from(f));
-                it.next();
-            }
-            _ => bail!(
-                "usage: cargo xtask systest [--quick] [--kernel V[,V...]] [--deb FILE|--no-deb] [--only usb|db|nfs] [--default-everywhere] [--images]"
-            ),
-        }
-    }
-    let versions = versions.unwrap_or_else(|| match quick {
+/// the service under systemd (PID 1) on each stock kernel under qemu
+///
+/// The service under systemd (PID 1) on each stock kernel under qemu, 5.10 and
+/// 6.1 in a Debian 12 guest, 6.12 and 7.2 in a Debian 13 one, built with
+/// mmdebstrap (cached in target/guest; --images: only build them):
+/// apt install of the .deb (built first; --no-deb: debug binaries + unit
+/// copied), enable --now, READY, fentry, no watchdog restart, journal,
+/// kill -9, security exposure, purge; USB sticks (vfat, exFAT, ntfs3 on a
+/// throttled usb-storage device: cp, cp -r, rsync, gio against the kernel
+/// default, surprise removal, hotplug); NFS over a shaped `lo`; without
+/// --quick, PostgreSQL's pgbench on the stick beside a copy (its own image,
+/// with postgresql).
+#[derive(clap::Args, Debug, Default, PartialEq)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// the quick run (what `test` runs): 6.1, 6.12 and 7.2, a minute's watch, smaller copies
+    #[arg(long)]
+    pub quick: bool,
+    /// these kernels only (5.10, 6.1, 6.12, 7.2)
+    #[arg(long, value_name = "V[,V...]", value_delimiter = ',', action = Set,
+          value_parser = crate::vmtest::kernel_line)]
+    pub kernel: Option<Vec<&'static str>>,
+    /// install this package instead of building one
+    #[arg(long, value_name = "FILE", conflicts_with = "no_deb")]
+    pub deb: Option<PathBuf>,
+    /// copy the debug binaries and the unit instead of installing a package
+    #[arg(long)]
+    pub no_deb: bool,
+    /// the second boot runs only this part
+    #[arg(long, value_enum, value_name = "usb|db|nfs")]
+    pub only: Option<Only>,
+    /// the quick run's sticks copied with the kernel default on each kernel, not the newest only
+    #[arg(long)]
+    pub default_everywhere: bool,
+    /// only build (or find) the guests' images, booting nothing
+    #[arg(long)]
+    pub images: bool,
+}
+
+pub fn main(args: &Args) -> Result<()> {
+    let Args { quick, images: images_only, default_everywhere: default_on_all, .. } = *args;
+    let only = args.only.unwrap_or(Only::All);
+    let versions = args.kernel.clone().unwrap_or_else(|| match quick {
         true => QUICK_KERNELS.to_vec(),
         false => kernels::LINES.iter().map(|l| l.version).collect(),
     });
@@ -265,14 +276,14 @@ pub fn main(args: &[String]) -> Result<()> {
         }
         return Ok(());
     }
-    let payload = match deb {
-        Some(d) => Payload::Deb(d),
-        None if no_deb => {
+    let payload = match &args.deb {
+        Some(d) => Payload::Deb(d.clone()),
+        None if args.no_deb => {
             crate::cargo(&["build", "--workspace", "--bins"])?;
             Payload::Files
         }
         None => {
-            crate::deb::main(&[])?;
+            crate::deb::main(&Default::default())?;
             Payload::Deb(newest_deb()?.context("cargo xtask deb left no target/deb/*.deb")?)
         }
     };

@@ -20,6 +20,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use clap::ArgAction::Set;
 
 use crate::guest::{self, kernels, need, run};
 
@@ -274,37 +275,50 @@ pub fn prepare_quick() -> Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask vmtest [--quick] [--kernel V[,V...]] [--only TEST[,TEST...]] \
-                     [--backend fentry|tracepoint]";
+/// run the integration tests on Debian's stock kernels under qemu (TCG)
+///
+/// Runs the integration tests on Debian's stock kernels under qemu (TCG):
+/// 5.10 (Debian 11's, the oldest supported), 6.1, 6.12 and 7.2 (sid), on the
+/// fentry backend and on the tracepoint backend, the differential test on the
+/// oldest and the newest.
+#[derive(clap::Args, Debug, Default, PartialEq)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// fewer tests, most on fentry only, on the oldest kernel (what `test` runs)
+    #[arg(long)]
+    pub quick: bool,
+    /// these kernels only (5.10, 6.1, 6.12, 7.2)
+    #[arg(long, value_name = "V[,V...]", value_delimiter = ',', action = Set, value_parser = kernel_line)]
+    pub kernel: Vec<&'static str>,
+    /// these test binaries only
+    #[arg(long, value_name = "TEST[,TEST...]", value_delimiter = ',', action = Set, value_parser = test_binary)]
+    pub only: Vec<String>,
+    /// this backend only
+    #[arg(long, value_name = "fentry|tracepoint", value_delimiter = ',', action = Set,
+          value_parser = clap::builder::PossibleValuesParser::new(BACKENDS))]
+    pub backend: Vec<String>,
+}
 
-pub fn main(args: &[String]) -> Result<()> {
-    let mut sel = Selection::default();
-    let mut versions: Vec<String> = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == "--quick" {
-            sel.quick = true;
-            continue;
-        }
-        let list: Vec<String> = it.next().with_context(|| USAGE)?.split(',').map(str::to_owned).collect();
-        match a.as_str() {
-            "--kernel" => versions = list,
-            "--only" => sel.only = list,
-            "--backend" => sel.backends = list,
-            _ => bail!(USAGE),
-        }
+/// A kernel line's version (kernels::LINES), for --kernel.
+pub(crate) fn kernel_line(v: &str) -> Result<&'static str, String> {
+    kernels::line(v).map(|l| l.version).map_err(|e| e.to_string())
+}
+
+/// A test binary vmtest runs, for --only.
+fn test_binary(t: &str) -> Result<String, String> {
+    match PER_BACKEND.iter().any(|p| p.0 == t) || ONCE.iter().any(|o| o.0 == t) {
+        true => Ok(t.to_owned()),
+        false => Err(format!("vmtest runs no test {t:?}")),
     }
-    let known = |t: &String| PER_BACKEND.iter().any(|p| p.0 == t) || ONCE.iter().any(|o| o.0 == t);
-    if let Some(t) = sel.only.iter().find(|t| !known(t)) {
-        bail!("vmtest runs no test {t:?}\n{USAGE}");
-    }
-    if let Some(b) = sel.backends.iter().find(|b| !BACKENDS.contains(&b.as_str())) {
-        bail!("no backend {b:?}\n{USAGE}");
-    }
+}
+
+pub fn main(args: &Args) -> Result<()> {
+    let sel = Selection { quick: args.quick, only: args.only.clone(), backends: args.backend.clone() };
+    let versions = &args.kernel;
     let versions: Vec<&str> = match versions.is_empty() {
         true if sel.quick => QUICK_KERNELS.to_vec(),
         true => kernels::LINES.iter().map(|l| l.version).collect(),
-        false => versions.iter().map(|v| Ok(kernels::line(v)?.version)).collect::<Result<_>>()?,
+        false => versions.clone(),
     };
     let bins = build()?;
     guests(&versions, &sel, &bins, &Console::Echo)

@@ -8,11 +8,12 @@
 //! spread and the CPU each run cost: the agent's, the machine's, the
 //! writers'.
 
+mod args;
 mod beside;
 mod check;
 mod cost;
 mod db;
-mod modes;
+pub(crate) mod modes;
 mod probes;
 mod report;
 pub(crate) mod scenarios;
@@ -20,73 +21,13 @@ pub mod writer;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use wb_tests::{Knob, LoopDevice, MIB, Mounted, Scratch, device::Debugfs};
 
+pub use args::Args;
 use modes::Mode;
 use report::Run;
 use scenarios::{Ctx, Sizes};
-
-const USAGE: &str = "\
-usage: cargo xtask bench [--quick | --smoke] [--only SCENARIOS] [--modes MODES]
-                         [--fs FSTYPES] [--rates MIBPS|raw,...] [--writers N,...]
-                         [--parts PARTS] [--runs N] [--out DIR]
-       cargo xtask bench --quick --check [--fs FSTYPES] [--out DIR]
-       cargo xtask bench --check-results DIR
-       cargo xtask bench --baseline DIR,DIR,DIR
-
-Runs each scenario once per mode and run, on a loop device whose writes are
-capped by the root blkio cgroup, and prints a table per scenario (median and
-min–max). Writes results.json and one SVG plot per copy group to --out
-(default target/bench/<unix time>). Needs root.
-
-  --rates    MiB/s caps, and `raw` (or 0): the same stacked loop devices
-             with no cap (2.8 GB/s here), discards off as on the capped
-             ones. raw runs copy, tar and multi only, 10 writers unless
-             --writers says otherwise, five runs in the full bench and three
-             in --quick, the modes interleaved (the default's time varies 3x
-             run to run there), every mode but strict (its limit is sized by
-             the cap); tables give median (min–max), the writers' own time,
-             the total to sync done, peak dirty, and CPU seconds: the
-             agent's (every thread), the machine's, the writers'. Full sizes
-             at raw: a 3.6 GiB cp -r, tar x of 30,000 files + 1 GiB dd,
-             10 x 256 MiB
-  scenarios: copy (with fsync/read latency probes), tar, multi, overwrite,
-             tempfile, overhead, cost (what watching costs, daemon vs none:
-             ns per write and per unrelated syscall, agent CPU and RSS for a
-             3 GiB cp, tar x of 30,000 files, 1,000 streams, events/s; about
-             9 minutes with 3 runs, 23 s of --smoke),
-             db (PostgreSQL's pgbench during the copy; full bench or --only db),
-             beside (a 400 MiB/s disk's writers while the device is paced,
-             at the slowest rate, writebehindd on both pacing levers; full
-             bench or --only beside --rates 30)
-  modes:     default, global, strict, linus, dontcache, writebehindd, and
-             writebehindd:KEY=VALUE+... (policy keys, e.g. window_seconds=0.25)
-  --parts    cost's parts: per-call, copy, tar, flood, streams (default all)
-  --writers  concurrent dd writers in multi (default 1,10,30)
-  --fs       ext4, xfs, btrfs, btrfs-zstd (btrfs mounted compress=zstd:1, copying
-             data that compresses: files cut from a tar of /usr); default all four
-  --runs     runs per mode at every rate, raw included
-  --quick    100 MiB/s, 1 run, reduced sizes, and raw, 3 runs (about 6
-             minutes per filesystem, 20 s of it raw)
-  --smoke    tiny sizes: checks the harness itself, capped and raw (about 2
-             minutes; run by CI)
-  full       100 MiB/s plus the 30 MiB/s USB-stick copy, 3 runs, and raw, 5
-             runs (about 5 hours on the four filesystems; the estimate is
-             printed before it starts)
-  --check    the guard against regressions: the quick copy, tar and multi at
-             100 MiB/s and raw, kernel default and writebehindd only, on the
-             filesystems of xtask/bench-baseline.json; names every figure (a
-             ratio to the default in the same run) outside its band there,
-             better or worse, and fails if any is (about 4 minutes on
-             three, 1 of them raw)
-  --check-results DIR   the same comparison for a run already made
-  --baseline DIRS       makes xtask/bench-baseline.json from the results of
-             runs made as --check makes them (three: the bands are their
-             spread, widened); the bands of groups the runs do not have are
-             kept from the file as it was (raw bands can be made from raw-
-             only runs: --quick --rates raw --only copy,tar,multi --modes
-             default,writebehindd)";
 
 struct Plan {
     sizes: Sizes,
@@ -140,14 +81,12 @@ fn rate_tag(rate_mib: u64) -> String {
     }
 }
 
-fn parse_rate(r: &str) -> Result<u64> {
-    match r {
-        "raw" => Ok(RAW),
-        n => n.parse().with_context(|| format!("--rates: {n:?} is neither MiB/s nor raw")),
+/// What a run does, from its options and, with --check, the baseline it
+/// is compared with (whose filesystems it runs on unless --fs names some).
+fn plan(args: &Args, check: Option<check::Baseline>) -> Result<Plan> {
+    if args.check && !args.quick {
+        bail!("--check compares quick runs: add --quick");
     }
-}
-
-fn parse(args: &[String]) -> Result<Plan> {
     let full = Sizes {
         copy_files: 100,
         copy_max_mib: 64,
@@ -180,106 +119,86 @@ fn parse(args: &[String]) -> Result<Plan> {
         slow_copy_files: 32,
         cost: cost::CostSizes::full(),
         cost_parts: cost::parts().into_iter().map(str::to_owned).collect(),
-        check: None,
+        check,
     };
-    let (mut quick, mut fs_given, mut reduced, mut only) = (false, false, false, false);
-    let (mut writers_given, mut runs_given) = (false, None);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || it.next().with_context(|| format!("{a} needs a value"));
-        match a.as_str() {
-            "--quick" => {
-                (quick, reduced) = (true, true);
-                plan.sizes = Sizes {
-                    copy_files: 30,
-                    tar_files: 2000,
-                    tar_dd_mib: 256,
-                    multi_writers: vec![1, 10],
-                    multi_mib: 64,
-                    overwrite_mib: 64,
-                    temp_files: 4,
-                    temp_mib: 32,
-                    read_probe_mib: 64,
-                    overhead_secs: 2.0,
-                    ..plan.sizes
-                };
-                plan.raw_sizes = raw_of(&plan.sizes, plan.sizes.tar_files);
-                plan.rates = vec![100, RAW];
-                plan.runs = 1;
-                plan.raw_runs = QUICK_RAW_RUNS;
-                plan.cost = cost::CostSizes::quick();
-            }
-            "--smoke" => {
-                reduced = true;
-                plan.sizes = Sizes {
-                    copy_files: 4,
-                    copy_max_mib: 24,
-                    tar_files: 100,
-                    tar_dd_mib: 24,
-                    multi_writers: vec![2],
-                    multi_mib: 24,
-                    overwrite_mib: 24,
-                    temp_files: 2,
-                    temp_mib: 8,
-                    read_probe_mib: 16,
-                    overhead_secs: 0.3,
-                };
-                plan.raw_sizes = raw_of(&plan.sizes, plan.sizes.tar_files);
-                plan.raw_sizes.multi_writers = vec![2];
-                plan.fs = vec!["ext4".into()];
-                plan.rates = vec![100, RAW];
-                plan.runs = 1;
-                plan.raw_runs = 1;
-                plan.slow_copy_files = 4;
-                plan.cost = cost::CostSizes::smoke();
-            }
-            "--only" => {
-                only = true;
-                plan.scenarios = val()?.split(',').map(str::to_owned).collect()
-            }
-            "--parts" => plan.cost_parts = val()?.split(',').map(str::to_owned).collect(),
-            "--modes" => {
-                plan.modes = val()?
-                    .split(',')
-                    .map(|m| Mode::parse(m).with_context(|| format!("unknown mode {m:?}\n{USAGE}")))
-                    .collect::<Result<_>>()?
-            }
-            "--check" => plan.check = Some(check::load()?),
-            "--fs" => {
-                fs_given = true;
-                plan.fs = val()?.split(',').map(str::to_owned).collect();
-                for f in &plan.fs {
-                    fs_spec(f)?;
-                }
-            }
-            "--rates" => plan.rates = val()?.split(',').map(parse_rate).collect::<Result<_>>()?,
-            "--writers" => {
-                plan.sizes.multi_writers = val()?.split(',').map(|n| n.parse()).collect::<Result<_, _>>()?;
-                writers_given = true;
-            }
-            "--runs" => runs_given = Some(val()?.parse()?),
-            "--out" => plan.out = PathBuf::from(val()?),
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
-        }
+    // --quick and --smoke first, whatever their place on the line: the
+    // options below change what they set.
+    if args.quick {
+        plan.sizes = Sizes {
+            copy_files: 30,
+            tar_files: 2000,
+            tar_dd_mib: 256,
+            multi_writers: vec![1, 10],
+            multi_mib: 64,
+            overwrite_mib: 64,
+            temp_files: 4,
+            temp_mib: 32,
+            read_probe_mib: 64,
+            overhead_secs: 2.0,
+            ..plan.sizes
+        };
+        plan.raw_sizes = raw_of(&plan.sizes, plan.sizes.tar_files);
+        plan.rates = vec![100, RAW];
+        plan.runs = 1;
+        plan.raw_runs = QUICK_RAW_RUNS;
+        plan.cost = cost::CostSizes::quick();
     }
-    if reduced && !only {
+    if args.smoke {
+        plan.sizes = Sizes {
+            copy_files: 4,
+            copy_max_mib: 24,
+            tar_files: 100,
+            tar_dd_mib: 24,
+            multi_writers: vec![2],
+            multi_mib: 24,
+            overwrite_mib: 24,
+            temp_files: 2,
+            temp_mib: 8,
+            read_probe_mib: 16,
+            overhead_secs: 0.3,
+        };
+        plan.raw_sizes = raw_of(&plan.sizes, plan.sizes.tar_files);
+        plan.raw_sizes.multi_writers = vec![2];
+        plan.fs = vec!["ext4".into()];
+        plan.rates = vec![100, RAW];
+        plan.runs = 1;
+        plan.raw_runs = 1;
+        plan.slow_copy_files = 4;
+        plan.cost = cost::CostSizes::smoke();
+    }
+    let reduced = args.quick || args.smoke;
+    if let Some(only) = &args.only {
+        plan.scenarios = only.clone();
+    }
+    if let Some(parts) = &args.parts {
+        plan.cost_parts = parts.clone();
+    }
+    if let Some(modes) = &args.modes {
+        plan.modes = modes.clone();
+    }
+    if let Some(fs) = &args.fs {
+        plan.fs = fs.clone();
+    }
+    if let Some(rates) = &args.rates {
+        plan.rates = rates.clone();
+    }
+    if let Some(writers) = &args.writers {
+        plan.sizes.multi_writers = writers.clone();
+    }
+    if let Some(out) = &args.out {
+        plan.out = out.clone();
+    }
+    if reduced && args.only.is_none() {
         plan.scenarios.retain(|s| !FULL_ONLY.contains(&s.as_str()));
     }
-    if writers_given {
+    if args.writers.is_some() {
         plan.raw_sizes.multi_writers = plan.sizes.multi_writers.clone();
     }
-    if let Some(n) = runs_given {
+    if let Some(n) = args.runs {
         (plan.runs, plan.raw_runs) = (n, n);
     }
     if let Some(base) = &plan.check {
-        if !quick {
-            bail!("--check compares quick runs: add --quick");
-        }
-        if !fs_given {
+        if args.fs.is_none() {
             plan.fs = base.fs.clone();
         }
         plan.scenarios = check::SCENARIOS.iter().map(|s| s.to_string()).collect();
@@ -287,16 +206,6 @@ fn parse(args: &[String]) -> Result<Plan> {
         // The bands were made from runs of exactly this.
         plan.rates = vec![100, RAW];
         (plan.runs, plan.raw_runs) = (1, QUICK_RAW_RUNS);
-    }
-    for s in &plan.scenarios {
-        if !SCENARIOS.contains(&s.as_str()) {
-            bail!("unknown scenario {s:?}\n{USAGE}");
-        }
-    }
-    for p in &plan.cost_parts {
-        if !cost::parts().contains(&p.as_str()) {
-            bail!("unknown part of cost {p:?}\n{USAGE}");
-        }
     }
     Ok(plan)
 }
@@ -387,20 +296,17 @@ fn cost_rate(plan: &Plan) -> u64 {
     plan.rates.iter().copied().find(|&r| r != RAW).unwrap_or(100)
 }
 
-pub fn main(args: &[String]) -> Result<()> {
-    let value_of = |flag: &str| {
-        args.iter().position(|a| a == flag).map(|i| args.get(i + 1).with_context(|| format!("{flag} needs a value")))
-    };
-    if let Some(dirs) = value_of("--baseline") {
-        let dirs: Vec<String> = dirs?.split(',').map(str::to_owned).collect();
+pub fn main(args: &Args) -> Result<()> {
+    if let Some(dirs) = &args.baseline {
         let made_on = format!("{}, {} quick runs as --check makes them", cost::daemon_source(), dirs.len());
         let old = check::load().ok();
-        return check::save(&check::merge(check::make_baseline(&dirs, &made_on)?, old));
+        return check::save(&check::merge(check::make_baseline(dirs, &made_on)?, old));
     }
-    if let Some(dir) = value_of("--check-results") {
-        return check::check(Path::new(dir?), &check::load()?);
+    if let Some(dir) = &args.check_results {
+        return check::check(dir, &check::load()?);
     }
-    let plan = parse(args)?;
+    let baseline = if args.check { Some(check::load()?) } else { None };
+    let plan = plan(args, baseline)?;
     if unsafe { libc::geteuid() } != 0 {
         bail!("the bench makes loop devices, caps their rate and loads BPF: run it as root");
     }
@@ -577,7 +483,7 @@ fn fs_spec(name: &str) -> Result<(&'static str, Option<&'static str>)> {
         "xfs" => ("xfs", None),
         "btrfs" => ("btrfs", None),
         "btrfs-zstd" => ("btrfs", Some("compress=zstd:1")),
-        other => bail!("--fs: no filesystem {other:?} (ext4, xfs, btrfs, btrfs-zstd)"),
+        other => bail!("no filesystem {other:?} (ext4, xfs, btrfs, btrfs-zstd)"),
     })
 }
 
@@ -602,10 +508,24 @@ fn overhead(plan: &Plan, daemon: &Path, runs: &mut Vec<Run>) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
 
+    #[derive(Parser)]
+    #[command(args_override_self = true)]
+    struct Bench {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn plan(args: &[&str]) -> Plan {
+        let args = Bench::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).unwrap().args;
+        super::plan(&args, None).unwrap()
+    }
+
     fn scenarios(args: &[&str]) -> Vec<String> {
-        parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>()).unwrap().scenarios
+        plan(args).scenarios
     }
 
     #[test]
@@ -616,10 +536,6 @@ mod tests {
             assert!(!scenarios(&["--smoke"]).contains(&s.into()));
             assert_eq!(scenarios(&["--quick", "--only", s]), [s]);
         }
-    }
-
-    fn plan(args: &[&str]) -> Plan {
-        parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>()).unwrap()
     }
 
     #[test]
@@ -644,8 +560,26 @@ mod tests {
     }
 
     #[test]
+    fn quick_and_smoke_set_what_the_other_options_change_wherever_they_stand() {
+        let q = plan(&["--writers", "4", "--rates", "30", "--quick"]);
+        assert_eq!((q.sizes.multi_writers.as_slice(), q.raw_sizes.multi_writers.as_slice()), (&[4][..], &[4][..]));
+        assert_eq!((q.rates.as_slice(), q.runs), (&[30][..], 1));
+        let s = plan(&["--fs", "xfs", "--smoke"]);
+        assert_eq!((s.fs.as_slice(), s.sizes.copy_files), (&["xfs".to_owned()][..], 4));
+        assert_eq!(plan(&["--runs", "2", "--runs", "4"]).runs, 4);
+        assert_eq!(plan(&["--only", "tar", "--only", "copy"]).scenarios, ["copy"]);
+    }
+
+    #[test]
+    fn check_needs_quick() {
+        let args = Bench::try_parse_from(["bench", "--check"]).unwrap().args;
+        let e = super::plan(&args, None).err().unwrap();
+        assert_eq!(e.to_string(), "--check compares quick runs: add --quick");
+    }
+
+    #[test]
     fn beside_runs_at_the_slowest_rate_only() {
-        let plan = parse(&["--only".into(), "copy,beside".into(), "--rates".into(), "100,30".into()]).unwrap();
+        let plan = plan(&["--only", "copy,beside", "--rates", "100,30"]);
         assert_eq!(scenarios_at(&plan, 100), ["copy"]);
         assert_eq!(scenarios_at(&plan, 30), ["copy", "beside"]);
     }
