@@ -170,12 +170,13 @@ fn closed_file(key: StreamKey, ev: &wb_event, path: Option<RelPath>) -> ClosedFi
 /// Whether one more stream fits for a user holding `mine` of the `held`:
 /// at most `max_held` in all, and one user's at most half of what the other
 /// users leave (admission::fits), so that no user, nor two together, can
-/// take every slot (and with it every other user's write-behind).
+/// take every slot (and with it every other user's write-behind).  The
+/// first stream always fits, so that `--max-streams 1` still holds one.
 fn room(held: usize, mine: usize, max_held: usize) -> Result<(), &'static str> {
     if held >= max_held {
         return Err("too many streams");
     }
-    if !admission::fits(mine, held - mine, 1, max_held) {
+    if held > 0 && !admission::fits(mine, held - mine, 1, max_held) {
         return Err("one user holds its share of the streams");
     }
     Ok(())
@@ -642,7 +643,7 @@ mod tests {
         assert_eq!(fill(5, 8), vec![4, 2, 1, 0, 0]);
         assert_eq!(room(7, 0, 8), Err("one user holds its share of the streams"));
         assert_eq!(room(8, 0, 8), Err("too many streams"));
-        assert_eq!(fill(2, 1), vec![0, 0], "half of one stream is none");
+        assert_eq!(fill(2, 1), vec![1, 0], "a cap of one: the first stream still fits");
         assert_eq!(fill(2, 2), vec![1, 0]);
         assert_eq!(fill(2, 0), vec![0, 0]);
         // room_for counts a user's streams only where a user holding all of

@@ -49,6 +49,17 @@ pub(super) struct Device {
 }
 
 impl Device {
+    /// The lever that paces it, as read when it was first seen (`knobs`:
+    /// some lever can; `own_limit`: its own).
+    pub(super) fn lever(&self) -> Option<crate::pacing::Lever> {
+        use crate::pacing::Lever;
+        match (self.knobs, self.own_limit) {
+            (_, true) => Some(Lever::Bdi),
+            (true, false) => Some(Lever::Global),
+            (false, false) => None,
+        }
+    }
+
     /// What BPF knows of the device (for each of its superblocks).
     pub(super) fn entry(&self, bw: u64, floor: u64, batch_closes: bool) -> wb_device {
         wb_device { bw, floor, batch_closes: batch_closes as u64, grain: self.shared.grain }

@@ -389,7 +389,12 @@ impl Devices {
             stream_dirty: self.policy.stream_dirty.0,
         };
         let pacer = PacerView {
-            dirty_seconds: self.pacer.dirty_seconds(bdi, sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds)),
+            // The lever as read when the device was first seen (a bdi keeps
+            // its knobs), not stat()ed again at every tick.
+            dirty_seconds: Pacer::dirty_seconds(
+                dev.lever(),
+                sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds),
+            ),
             is_stalled: self.pacer.is_stalled(bdi),
             is_paced: self.pacer.is_paced(bdi),
         };

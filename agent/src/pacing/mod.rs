@@ -91,10 +91,10 @@ impl Pacer {
     }
 
     /// How many seconds of the device's bandwidth its budget should be, for
-    /// a policy that asks for `dirty_seconds`: the global lever needs more
-    /// on a fast device (global::MIN_DIRTY_SECONDS).
-    pub fn dirty_seconds(&self, bdi: &str, dirty_seconds: f64) -> f64 {
-        match self.lever(bdi) {
+    /// a policy that asks for `dirty_seconds`, on the device's `lever`: the
+    /// global lever needs more on a fast device (global::MIN_DIRTY_SECONDS).
+    pub fn dirty_seconds(lever: Option<Lever>, dirty_seconds: f64) -> f64 {
+        match lever {
             Some(Lever::Global) => dirty_seconds.max(global::MIN_DIRTY_SECONDS),
             _ => dirty_seconds,
         }
