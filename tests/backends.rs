@@ -3,7 +3,7 @@
 //! fentry wherever the kernel allows it.  This machine's kernel refuses
 //! fentry, so the differential test does its work under `cargo xtask
 //! vmtest` (a stock Debian kernel); here it says it has nothing to compare.
-//! The compat object (kernels without bpf_loop, bpf/stream.bpf.h) is
+//! The compat object (kernels without bpf_loop, bpf/compat.bpf.h) is
 //! compared with the full one on whichever backend the kernel gives.
 
 use std::collections::{BTreeMap, BTreeSet};

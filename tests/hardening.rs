@@ -579,7 +579,7 @@ fn a_flood_of_closes_leaves_room_for_streams() -> Result<()> {
     flooder.wait()?;
     std::thread::sleep(Duration::from_millis(500));
     let log = daemon.stop()?;
-    let drops = stopped_counter(&log, "rb_drops");
+    let drops = stopped_counter(&log, "ring_buffer_drops");
     let shed = stopped_counter(&log, "closes_shed");
     println!("windows lost: {drops}, closes shed: {shed}");
     assert!(shed > 0, "the ring never filled: the test shows nothing:\n{log}");

@@ -262,7 +262,7 @@ fn a_thousand_writers_and_100k_files_stay_bounded() -> Result<()> {
     let rss_kib = status_kib(pid, "VmHWM:");
     let log = daemon.stop()?;
     assert_eq!(knobs.values(), knobs_before, "the device's max_ratio_fine, strict_limit were not restored\n{log}");
-    let (events, drops) = (stopped_counter(&log, "events"), stopped_counter(&log, "rb_drops"));
+    let (events, drops) = (stopped_counter(&log, "events"), stopped_counter(&log, "ring_buffer_drops"));
     let over_cap = log.contains("over_cap");
     println!(
         "{writers} writers in {writers_secs:.1} s (peak {fds} fds open in the agent); tar x of {files} files in \

@@ -26,7 +26,8 @@ pub(super) fn compress_grain(sb_dev: &str, mounts: &[crate::sys::MountInfo]) -> 
 
 /// A kernel dev_t as mountinfo writes it ("major:minor").
 pub(super) fn sb_dev_name(sb_dev: u32) -> String {
-    format!("{}:{}", sb_dev >> 20, sb_dev & 0xfffff)
+    let dev = crate::abi::kernel_dev_to_user(sb_dev);
+    format!("{}:{}", libc::major(dev), libc::minor(dev))
 }
 
 pub(super) fn grain_for(fstype: &str, options: &str) -> u64 {
