@@ -20,6 +20,8 @@ mod admission;
 pub mod backing;
 pub mod bandwidth;
 pub mod cgroups;
+#[cfg(test)]
+mod cli_tests;
 mod closer;
 pub mod control;
 pub mod counters;

@@ -12,6 +12,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
+use clap::{CommandFactory, error::ErrorKind};
 use instance::Instance;
 use tokio::signal::unix::{SignalKind, signal};
 use writebehindd::{
@@ -23,10 +24,10 @@ use writebehindd::{
     intake,
     loader::{self, Loaded},
     pacing::{self, Lever, Pacer},
-    policies::{self, POLICY_DIR, PolicySet},
-    status::SOCKET,
+    policies::{self, PolicySet},
     streams::StreamTable,
 };
+use writebehindd_cli::daemon as cli;
 
 /// A group's id from its name (or a number).
 fn group_id(g: &str) -> Option<u32> {
@@ -37,41 +38,6 @@ fn group_id(g: &str) -> Option<u32> {
     let gr = unsafe { libc::getgrnam(name.as_ptr()) };
     (!gr.is_null()).then(|| unsafe { (*gr).gr_gid })
 }
-
-const USAGE: &str = "\
-usage: writebehindd [--policy-dir DIR] [--policy FILE]... [--backend KIND] [--pacing-lever LEVER]
-                    [--max-streams N] [--help] [--version]
-       writebehindd --check-policy PATH...
-       writebehindd --restore
-
-Keeps the dirty page cache of streaming writers near a small window by
-starting writeback behind them. Runs in the foreground until SIGINT/SIGTERM;
-SIGHUP re-reads the policies (a broken file is rejected, the running policy
-stays).
-
-  --policy-dir DIR     policy drop-ins, *.toml in name order
-                       (default /etc/writebehindd/policies.d)
-  --policy FILE        one more policy file, applied after the directory
-  --check-policy PATH  validate policy files (or directories of them), print
-                       the effective policy per match, and exit
-  --restore            put back the bdi and global dirty limits a killed daemon was
-                       pacing with (journaled in /run/writebehindd/paced-bdis and
-                       dirty-limits), and exit; refused while a daemon runs (it
-                       restores them itself)
-  --backend KIND       auto (default: fentry where the kernel allows it, else
-                       syscall tracepoints), fentry or tracepoint
-  --pacing-lever LEVER auto (default: a device's own strict_limit and max_bytes where
-                       the kernel has them, 6.2+, else the global vm.dirty_bytes while
-                       a device needs pacing), bdi or global
-  --max-streams N      streams at most, each holding its file and a pidfd (default 8192);
-                       beyond it new streams are left to the kernel, counted as over_cap
-  --control PATH       control socket for wbctl (default /run/writebehindd/control.sock)
-  --control-group GRP  also let this group read the daemon's state (wbctl status)
-  --metrics-listen ADDR  serve OpenMetrics at http://ADDR/metrics (off by default;
-                       a loopback address such as 127.0.0.1:9477 unless you mean it)
-
-Policies: policies/README.md and the embedded default, policies/default.toml.
-Log level: RUST_LOG (default info).";
 
 struct Args {
     dir: PathBuf,
@@ -86,64 +52,35 @@ struct Args {
     max_streams: usize,
 }
 
-fn parse_args() -> Result<Option<Args>, String> {
-    let mut a = Args {
-        dir: POLICY_DIR.into(),
-        files: Vec::new(),
-        check: None,
-        restore: false,
-        control: SOCKET.into(),
-        control_group: None,
-        metrics_listen: None,
-        backend: loader::Backend::Auto,
-        lever: Lever::Auto,
-        max_streams: writebehindd::streams::MAX_HELD,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = |what: &str| args.next().ok_or_else(|| format!("{arg} needs {what}"));
-        match arg.as_str() {
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            "-V" | "--version" => {
-                println!("writebehindd {}", env!("CARGO_PKG_VERSION"));
-                return Ok(None);
-            }
-            "--restore" => a.restore = true,
-            "--policy-dir" => a.dir = value("a directory")?.into(),
-            "--policy" => a.files.push(value("a file")?.into()),
-            "--control" => a.control = value("a socket path")?.into(),
-            "--backend" => a.backend = value("auto, fentry or tracepoint")?.parse()?,
-            "--pacing-lever" => a.lever = value("auto, bdi or global")?.parse()?,
-            "--max-streams" => {
-                let v = value("a number")?;
-                a.max_streams = v
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("--max-streams {v:?}: not a positive number"))?;
-            }
-            "--metrics-listen" => {
-                let v = value("an address like 127.0.0.1:9477")?;
-                a.metrics_listen = Some(v.parse().map_err(|e| format!("--metrics-listen {v:?}: {e}"))?);
-            }
-            "--control-group" => {
-                let g = value("a group name or id")?;
-                a.control_group = Some(group_id(&g).ok_or_else(|| format!("no group {g:?}"))?);
-            }
-            "--check-policy" => {
-                let rest: Vec<PathBuf> = args.by_ref().map(PathBuf::from).collect();
-                if rest.is_empty() {
-                    return Err("--check-policy needs at least one file or directory".into());
-                }
-                a.check = Some(rest);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+/// The command line (writebehindd-cli defines it), in the daemon's types.
+/// A bad argument exits with 2, --help and --version with 0.
+fn parse_args() -> Args {
+    let a: cli::Args = writebehindd_cli::parse(env!("CARGO_PKG_VERSION"));
+    let control_group = a.control_group.as_deref().map(|g| {
+        group_id(g).unwrap_or_else(|| {
+            cli::Args::command().error(ErrorKind::InvalidValue, format!("--control-group: no group {g:?}")).exit()
+        })
+    });
+    Args {
+        dir: a.policy_dir,
+        files: a.policies,
+        check: a.check_policy,
+        restore: a.restore,
+        control: a.control,
+        control_group,
+        metrics_listen: a.metrics_listen,
+        backend: match a.backend {
+            cli::Backend::Auto => loader::Backend::Auto,
+            cli::Backend::Fentry => loader::Backend::Fentry,
+            cli::Backend::Tracepoint => loader::Backend::Tracepoint,
+        },
+        lever: match a.pacing_lever {
+            cli::Lever::Auto => Lever::Auto,
+            cli::Lever::Bdi => Lever::Bdi,
+            cli::Lever::Global => Lever::Global,
+        },
+        max_streams: a.max_streams,
     }
-    Ok(Some(a))
 }
 
 /// The policies of a run: the directory's files, then the --policy ones.
@@ -155,14 +92,7 @@ fn load_policies(dir: &Path, extra: &[PathBuf]) -> Result<PolicySet> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(Some(a)) => a,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("writebehindd: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = parse_args();
     if let Some(paths) = &args.check {
         let mut files = Vec::new();
         for p in paths {

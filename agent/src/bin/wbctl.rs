@@ -4,57 +4,18 @@
 use std::{
     io::{BufRead, BufReader, Write},
     os::unix::net::UnixStream,
-    path::PathBuf,
     process::ExitCode,
     time::Duration,
 };
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, ValueEnum};
 use writebehindd::status::{
-    DeviceStatus, PROTOCOL, Request, Response, SOCKET, Status, StreamStatus, acts_on_terminal, printable,
-    printable_json,
+    DeviceStatus, PROTOCOL, Request, Response, Status, StreamStatus, acts_on_terminal, printable, printable_json,
 };
-
-#[derive(Parser)]
-#[command(name = "wbctl", version, about = "Query and control the writebehindd daemon")]
-struct Cli {
-    /// The daemon's control socket.
-    #[arg(long, global = true, default_value = SOCKET)]
-    socket: PathBuf,
-    /// Print the daemon's answer as JSON instead of a table.
-    #[arg(long, global = true)]
-    json: bool,
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Backend, kernel, policies, devices, streaming writers and counters.
-    Status,
-    /// Active streaming writers: pid, command, cgroup, files, bytes flushed, rate.
-    Streams,
-    /// Devices: bandwidth estimate, window, in flight, dirty, pacing.
-    Devices,
-    /// The effective policy of a process or a cgroup (default: the root's).
-    Policy {
-        #[arg(long, conflicts_with = "cgroup")]
-        pid: Option<u32>,
-        #[arg(long)]
-        cgroup: Option<String>,
-    },
-    /// Refresh `status` every second until interrupted.
-    Watch,
-    /// OpenMetrics text, for a Prometheus textfile collector.
-    Metrics,
-    /// Re-read the policy files (root only; like systemctl reload).
-    Reload,
-    /// Print a shell completion script.
-    Completions { shell: clap_complete::Shell },
-}
+use writebehindd_cli::wbctl::{Cli, Cmd};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = writebehindd_cli::parse(env!("CARGO_PKG_VERSION"));
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -68,7 +29,9 @@ fn main() -> ExitCode {
 fn run(cli: &Cli) -> Result<(), String> {
     let (cmd, pid, cgroup) = match &cli.cmd {
         Cmd::Completions { shell } => {
-            clap_complete::generate(*shell, &mut Cli::command(), "wbctl", &mut std::io::stdout());
+            let shell = clap_complete::Shell::from_str(shell, false)?;
+            let mut cmd = Cli::command().version(env!("CARGO_PKG_VERSION"));
+            clap_complete::generate(shell, &mut cmd, "wbctl", &mut std::io::stdout());
             return Ok(());
         }
         Cmd::Watch => return watch(cli),
