@@ -25,7 +25,7 @@ use tokio::{
 
 use crate::{
     policies::PolicySet,
-    status::{PROTOCOL, Request, Response, Status, metrics},
+    status::{Command, PROTOCOL, Request, Response, Status, metrics},
 };
 
 const MAX_LINE: u64 = 64 * 1024;
@@ -47,10 +47,8 @@ pub struct Shared {
     pub policies: PolicySet,
 }
 
-/// Requests the intake task acts on.
-pub enum Command {
-    Reload,
-}
+/// A reload the intake task is asked for.
+pub struct Reload;
 
 pub struct Server {
     path: PathBuf,
@@ -183,7 +181,7 @@ fn turn_away(stream: UnixStream, why: &str) {
 pub async fn serve(
     listener: std::os::unix::net::UnixListener,
     shared: Arc<Mutex<Shared>>,
-    commands: mpsc::UnboundedSender<Command>,
+    commands: mpsc::UnboundedSender<Reload>,
     read_group: Option<u32>,
 ) {
     let listener = match UnixListener::from_std(listener) {
@@ -240,7 +238,7 @@ async fn client(
     stream: UnixStream,
     uid: u32,
     shared: Arc<Mutex<Shared>>,
-    commands: mpsc::UnboundedSender<Command>,
+    commands: mpsc::UnboundedSender<Reload>,
 ) -> Result<()> {
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read);
@@ -259,36 +257,50 @@ async fn client(
         }
         let response = match parse_request(&line) {
             Err(refusal) => refusal,
-            Ok(r) => answer(&r, uid, &shared, &commands),
+            Ok(r) => answer(&r.cmd, uid, &shared, &commands),
         };
         reply(&mut write, &response).await?;
     }
 }
 
-/// One request line, decoded, or the error response it earns.
+/// One request line, decoded, or the error response it earns: another
+/// protocol version, a command this daemon does not have, or a line that
+/// is not a request.
 pub fn parse_request(line: &str) -> Result<Request, Response> {
-    match serde_json::from_str::<Request>(line) {
-        Err(e) => Err(Response::err(format!("malformed request: {e}"))),
-        Ok(r) if r.v != PROTOCOL => {
-            Err(Response::err(format!("protocol version {} not spoken (this daemon: {PROTOCOL})", r.v)))
-        }
-        Ok(r) => Ok(r),
+    let version = |v| Response::err(format!("protocol version {v} not spoken (this daemon: {PROTOCOL})"));
+    let e = match serde_json::from_str::<Request>(line) {
+        Ok(r) if r.v == PROTOCOL => return Ok(r),
+        Ok(r) => return Err(version(r.v)),
+        Err(e) => e,
+    };
+    /// What any request names, for a refusal that says what it asked.
+    #[derive(serde::Deserialize)]
+    struct Head {
+        v: u32,
+        cmd: String,
     }
+    Err(match serde_json::from_str::<Head>(line) {
+        Ok(h) if h.v != PROTOCOL => version(h.v),
+        Ok(h) if !Command::NAMES.contains(&h.cmd.as_str()) => {
+            Response::err(format!("unknown command {:?} (known: {})", h.cmd, Command::NAMES.join(", ")))
+        }
+        _ => Response::err(format!("malformed request: {e}")),
+    })
 }
 
 /// The answer to an admitted client's request: reading for all of them,
 /// reload for root.
-fn answer(r: &Request, uid: u32, shared: &Mutex<Shared>, commands: &mpsc::UnboundedSender<Command>) -> Response {
+fn answer(cmd: &Command, uid: u32, shared: &Mutex<Shared>, commands: &mpsc::UnboundedSender<Reload>) -> Response {
     let s = shared.lock().unwrap();
-    match r.cmd.as_str() {
-        "status" => Response::ok(json(&s.status)),
-        "streams" => Response::ok(json(&s.status.streams)),
-        "devices" => Response::ok(json(&s.status.devices)),
-        "metrics" => Response::ok(serde_json::Value::String(metrics(&s.status))),
-        "policy" => {
-            let path = match (&r.cgroup, r.pid) {
+    match cmd {
+        Command::Status => Response::ok(json(&s.status)),
+        Command::Streams => Response::ok(json(&s.status.streams)),
+        Command::Devices => Response::ok(json(&s.status.devices)),
+        Command::Metrics => Response::ok(serde_json::Value::String(metrics(&s.status))),
+        Command::Policy { pid, cgroup } => {
+            let path = match (cgroup, pid) {
                 (Some(c), _) => c.clone(),
-                (None, Some(pid)) => match cgroup_of(pid) {
+                (None, Some(pid)) => match cgroup_of(*pid) {
                     Some(c) => c,
                     None => return Response::err(format!("no process {pid} (or it has no cgroup v2 path)")),
                 },
@@ -299,14 +311,11 @@ fn answer(r: &Request, uid: u32, shared: &Mutex<Shared>, commands: &mpsc::Unboun
                 p.lines().into_iter().map(|(k, v)| (k.to_owned(), serde_json::Value::String(v))).collect();
             Response::ok(serde_json::json!({ "cgroup": path, "policy": lines }))
         }
-        "reload" if uid != 0 => Response::err("permission denied: reload needs root"),
-        "reload" => match commands.send(Command::Reload) {
+        Command::Reload if uid != 0 => Response::err("permission denied: reload needs root"),
+        Command::Reload => match commands.send(Reload) {
             Ok(()) => Response::ok(serde_json::Value::String("reload requested".into())),
             Err(_) => Response::err("the daemon is stopping"),
         },
-        other => Response::err(format!(
-            "unknown command {other:?} (known: status, streams, devices, policy, metrics, reload)"
-        )),
     }
 }
 
@@ -478,6 +487,24 @@ mod tests {
             assert_eq!(check_dir(&base).is_ok(), ok, "mode {mode:o}");
         }
         std::fs::remove_dir(&base).unwrap();
+    }
+
+    #[test]
+    fn a_refused_request_is_told_what_was_wrong() {
+        let err = |line: &str| parse_request(line).unwrap_err().error.unwrap();
+        assert_eq!(err("garbage\n"), "malformed request: expected value at line 1 column 1");
+        assert_eq!(err("{}\n"), "malformed request: missing field `v` at line 1 column 2");
+        assert!(err(r#"{"v":1}"#).starts_with("malformed request: missing field `cmd`"), "{}", err(r#"{"v":1}"#));
+        assert!(err(r#"{"v":1,"cmd":"policy","pid":"x"}"#).starts_with("malformed request: "));
+        for line in [r#"{"v":99,"cmd":"status"}"#, r#"{"v":99,"cmd":"format-disk"}"#] {
+            assert_eq!(err(line), "protocol version 99 not spoken (this daemon: 1)");
+        }
+        assert_eq!(
+            err(r#"{"v":1,"cmd":"format-disk"}"#),
+            r#"unknown command "format-disk" (known: status, streams, devices, policy, metrics, reload)"#
+        );
+        let r = parse_request(r#"{"v":1,"cmd":"policy","pid":7}"#).unwrap();
+        assert_eq!(r.cmd, Command::Policy { pid: Some(7), cgroup: None });
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tokio::{io::unix::AsyncFd, sync::mpsc};
 use crate::{
     abi::{EventKind, wb_event, wb_stat},
     cgroups::CgroupPolicies,
-    control::{Command, Shared},
+    control::{Reload, Shared},
     counters::{Counters, ErrorKind},
     loader::Loaded,
     policies::PolicySet,
@@ -111,7 +111,7 @@ fn apply_reload(table: &mut StreamTable, cgroups: &mut CgroupPolicies, reload: &
 /// The intake task's side of the control socket.
 pub struct Control {
     pub shared: Arc<Mutex<Shared>>,
-    pub commands: mpsc::UnboundedReceiver<Command>,
+    pub commands: mpsc::UnboundedReceiver<Reload>,
     pub counters: Arc<Counters>,
     pub started: Instant,
     pub backend: String,

@@ -10,7 +10,8 @@ use std::{
 
 use clap::{CommandFactory, ValueEnum};
 use writebehindd::status::{
-    DeviceStatus, PROTOCOL, Request, Response, Status, StreamStatus, acts_on_terminal, printable, printable_json,
+    Command, DeviceStatus, PROTOCOL, Request, Response, Status, StreamStatus, acts_on_terminal, printable,
+    printable_json,
 };
 use writebehindd_cli::wbctl::{Cli, Cmd};
 
@@ -27,7 +28,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<(), String> {
-    let (cmd, pid, cgroup) = match &cli.cmd {
+    let cmd = match &cli.cmd {
         Cmd::Completions { shell } => {
             let shell = clap_complete::Shell::from_str(shell, false)?;
             let mut cmd = Cli::command().version(env!("CARGO_PKG_VERSION"));
@@ -35,14 +36,14 @@ fn run(cli: &Cli) -> Result<(), String> {
             return Ok(());
         }
         Cmd::Watch => return watch(cli),
-        Cmd::Status => ("status", None, None),
-        Cmd::Streams => ("streams", None, None),
-        Cmd::Devices => ("devices", None, None),
-        Cmd::Policy { pid, cgroup } => ("policy", *pid, cgroup.clone()),
-        Cmd::Metrics => ("metrics", None, None),
-        Cmd::Reload => ("reload", None, None),
+        Cmd::Status => Command::Status,
+        Cmd::Streams => Command::Streams,
+        Cmd::Devices => Command::Devices,
+        Cmd::Policy { pid, cgroup } => Command::Policy { pid: *pid, cgroup: cgroup.clone() },
+        Cmd::Metrics => Command::Metrics,
+        Cmd::Reload => Command::Reload,
     };
-    let data = ask(cli, &Request { v: PROTOCOL, cmd: cmd.into(), pid, cgroup })?;
+    let data = ask(cli, &Request { v: PROTOCOL, cmd })?;
     if cli.json {
         println!("{}", printable_json(&serde_json::to_string_pretty(&data).unwrap_or_default()));
         return Ok(());
@@ -105,7 +106,7 @@ fn ask(cli: &Cli, req: &Request) -> Result<serde_json::Value, String> {
 fn watch(cli: &Cli) -> Result<(), String> {
     let mut history: std::collections::HashMap<String, Vec<u64>> = Default::default();
     loop {
-        let data = ask(cli, &Request { v: PROTOCOL, cmd: "status".into(), pid: None, cgroup: None })?;
+        let data = ask(cli, &Request { v: PROTOCOL, cmd: Command::Status })?;
         let s: Status = serde_json::from_value(data).map_err(|e| e.to_string())?;
         print!("\x1b[H\x1b[2J{}", status_text(&s));
         println!("\ndirty per device, last 60 s:");
