@@ -20,7 +20,7 @@ use anyhow::{Context, Result, bail};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::{UnixListener, UnixStream},
-    sync::mpsc,
+    sync::{mpsc, oneshot, watch},
 };
 
 use crate::{
@@ -41,14 +41,49 @@ const IDLE: Duration = Duration::from_secs(10);
 /// once would spin on the thread that also drains events.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// What the intake task publishes for the socket to read.
-pub struct Shared {
-    pub status: Status,
-    pub policies: PolicySet,
+/// A reload the intake loop is asked for.
+pub struct Reload;
+
+/// One request for a status snapshot: where the intake loop sends it.
+pub type Ask = oneshot::Sender<Arc<Status>>;
+
+/// The socket's side of the intake loop.  Status is built when a client
+/// asks for it, by the loop (it owns what the status reports), on the
+/// same thread: a client's task waits for the reply without holding the
+/// thread, and a loop that is draining a flood answers between its slices.
+#[derive(Clone)]
+pub struct Handle {
+    snapshots: mpsc::Sender<Ask>,
+    reloads: mpsc::UnboundedSender<Reload>,
+    /// The policies in force, replaced at each reload.
+    policies: watch::Receiver<Arc<PolicySet>>,
 }
 
-/// A reload the intake task is asked for.
-pub struct Reload;
+/// The intake loop's side: what it is asked, and the policies it tells.
+pub struct Requests {
+    pub snapshots: mpsc::Receiver<Ask>,
+    pub reloads: mpsc::UnboundedReceiver<Reload>,
+    pub policies: watch::Sender<Arc<PolicySet>>,
+}
+
+/// The two sides, the policies in force at start.
+pub fn channel(policies: PolicySet) -> (Handle, Requests) {
+    // Every client of either listener waits for its answer before it asks
+    // again: room for all of them, so that asking never waits.
+    let (ask, snapshots) = mpsc::channel(2 * MAX_CLIENTS);
+    let (reload, reloads) = mpsc::unbounded_channel();
+    let (tell, policies) = watch::channel(Arc::new(policies));
+    (Handle { snapshots: ask, reloads: reload, policies }, Requests { snapshots, reloads, policies: tell })
+}
+
+impl Handle {
+    /// A status snapshot from the intake loop; None once it has stopped.
+    async fn status(&self) -> Option<Arc<Status>> {
+        let (ask, answer) = oneshot::channel();
+        self.snapshots.send(ask).await.ok()?;
+        answer.await.ok()
+    }
+}
 
 pub struct Server {
     path: PathBuf,
@@ -178,12 +213,7 @@ fn turn_away(stream: UnixStream, why: &str) {
 }
 
 /// Accepts clients until the listener is dropped.
-pub async fn serve(
-    listener: std::os::unix::net::UnixListener,
-    shared: Arc<Mutex<Shared>>,
-    commands: mpsc::UnboundedSender<Reload>,
-    read_group: Option<u32>,
-) {
+pub async fn serve(listener: std::os::unix::net::UnixListener, daemon: Handle, read_group: Option<u32>) {
     let listener = match UnixListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "control socket unusable"),
@@ -207,9 +237,9 @@ pub async fn serve(
             turn_away(stream, &why);
             continue;
         };
-        let (shared, commands) = (shared.clone(), commands.clone());
+        let daemon = daemon.clone();
         tokio::spawn(async move {
-            let _ = client(stream, uid, shared, commands).await;
+            let _ = client(stream, uid, daemon).await;
             drop(slot);
         });
     }
@@ -234,12 +264,7 @@ async fn accepted<T>(result: std::io::Result<T>, failing: &mut bool) -> Option<T
 }
 
 /// One admitted client: root or a member of the control group.
-async fn client(
-    stream: UnixStream,
-    uid: u32,
-    shared: Arc<Mutex<Shared>>,
-    commands: mpsc::UnboundedSender<Reload>,
-) -> Result<()> {
+async fn client(stream: UnixStream, uid: u32, daemon: Handle) -> Result<()> {
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read);
     loop {
@@ -257,7 +282,7 @@ async fn client(
         }
         let response = match parse_request(&line) {
             Err(refusal) => refusal,
-            Ok(r) => answer(&r.cmd, uid, &shared, &commands),
+            Ok(r) => answer(&r.cmd, uid, &daemon).await,
         };
         reply(&mut write, &response).await?;
     }
@@ -290,13 +315,18 @@ pub fn parse_request(line: &str) -> Result<Request, Response> {
 
 /// The answer to an admitted client's request: reading for all of them,
 /// reload for root.
-fn answer(cmd: &Command, uid: u32, shared: &Mutex<Shared>, commands: &mpsc::UnboundedSender<Reload>) -> Response {
-    let s = shared.lock().unwrap();
+async fn answer(cmd: &Command, uid: u32, daemon: &Handle) -> Response {
+    let stopping = || Response::err("the daemon is stopping");
     match cmd {
-        Command::Status => Response::ok(json(&s.status)),
-        Command::Streams => Response::ok(json(&s.status.streams)),
-        Command::Devices => Response::ok(json(&s.status.devices)),
-        Command::Metrics => Response::ok(serde_json::Value::String(metrics(&s.status))),
+        Command::Status | Command::Streams | Command::Devices | Command::Metrics => {
+            let Some(s) = daemon.status().await else { return stopping() };
+            Response::ok(match cmd {
+                Command::Streams => json(&s.streams),
+                Command::Devices => json(&s.devices),
+                Command::Metrics => serde_json::Value::String(metrics(&s)),
+                _ => json(&*s),
+            })
+        }
         Command::Policy { pid, cgroup } => {
             let path = match (cgroup, pid) {
                 (Some(c), _) => c.clone(),
@@ -306,15 +336,15 @@ fn answer(cmd: &Command, uid: u32, shared: &Mutex<Shared>, commands: &mpsc::Unbo
                 },
                 (None, None) => "/".into(),
             };
-            let p = s.policies.resolve(&path);
+            let p = daemon.policies.borrow().resolve(&path);
             let lines: serde_json::Map<String, serde_json::Value> =
                 p.lines().into_iter().map(|(k, v)| (k.to_owned(), serde_json::Value::String(v))).collect();
             Response::ok(serde_json::json!({ "cgroup": path, "policy": lines }))
         }
         Command::Reload if uid != 0 => Response::err("permission denied: reload needs root"),
-        Command::Reload => match commands.send(Reload) {
+        Command::Reload => match daemon.reloads.send(Reload) {
             Ok(()) => Response::ok(serde_json::Value::String("reload requested".into())),
-            Err(_) => Response::err("the daemon is stopping"),
+            Err(_) => stopping(),
         },
     }
 }
@@ -407,7 +437,7 @@ pub fn cgroup_of(pid: u32) -> Option<String> {
 /// The optional OpenMetrics endpoint (--metrics-listen): GET /metrics over
 /// plain HTTP, for a fleet's Prometheus.  Read-only, same data as `wbctl
 /// metrics`; anything else gets 404.  Off unless asked for.
-pub async fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Mutex<Shared>>) {
+pub async fn serve_metrics(listener: std::net::TcpListener, daemon: Handle) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "metrics listener unusable"),
@@ -421,7 +451,7 @@ pub async fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Mutex<Sh
         // fleet's scraper got none.  Peers from elsewhere share one user.
         let user = stream.local_addr().ok().and_then(|me| tcp_peer_uid(me, peer)).unwrap_or(REMOTE);
         let Some(permit) = slots.take(user) else { continue };
-        let shared = shared.clone();
+        let daemon = daemon.clone();
         tokio::spawn(async move {
             let mut head = Vec::new();
             let mut buf = [0u8; 1024];
@@ -438,7 +468,8 @@ pub async fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Mutex<Sh
                 return;
             }
             let response = if head.starts_with(b"GET /metrics ") {
-                let body = metrics(&shared.lock().unwrap().status);
+                let Some(status) = daemon.status().await else { return };
+                let body = metrics(&status);
                 format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n\
                      Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -505,6 +536,35 @@ mod tests {
         );
         let r = parse_request(r#"{"v":1,"cmd":"policy","pid":7}"#).unwrap();
         assert_eq!(r.cmd, Command::Policy { pid: Some(7), cgroup: None });
+    }
+
+    /// Status requests are answered by whoever holds the other side (the
+    /// intake loop), on the same thread; once it is gone, clients are told.
+    #[test]
+    fn status_is_asked_of_the_loop() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let (handle, mut requests) = channel(PolicySet::load(&[]).unwrap());
+        rt.block_on(async {
+            let asked = async {
+                let answers = (answer(&Command::Status, 0, &handle).await, answer(&Command::Streams, 0, &handle).await);
+                drop(handle);
+                answers
+            };
+            let the_loop = async {
+                while let Some(ask) = requests.snapshots.recv().await {
+                    let _ = ask.send(Arc::new(Status { kernel: "k".into(), ..Default::default() }));
+                }
+            };
+            let ((status, streams), ()) = tokio::join!(asked, the_loop);
+            assert_eq!(status.data.unwrap()["kernel"], "k");
+            assert_eq!(streams.data.unwrap(), serde_json::json!([]));
+        });
+        let (handle, requests) = channel(PolicySet::load(&[]).unwrap());
+        drop(requests);
+        let stopped = rt.block_on(answer(&Command::Metrics, 0, &handle));
+        assert_eq!(stopped.error.as_deref(), Some("the daemon is stopping"));
+        let policy = rt.block_on(answer(&Command::Policy { pid: None, cgroup: None }, 0, &handle));
+        assert_eq!(policy.data.unwrap()["cgroup"], "/", "the policies are the handle's own");
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod intake;
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Instant,
 };
 
@@ -20,7 +20,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use crate::{
     abi::{wb_config, wb_stat},
     cgroups::CgroupPolicies,
-    control::{self, Shared},
+    control,
     counters::Counters,
     devices::Devices,
     loader::{self, Loaded},
@@ -68,8 +68,8 @@ pub struct Daemon {
     listener: std::os::unix::net::UnixListener,
     metrics: Option<std::net::TcpListener>,
     control_group: Option<u32>,
-    shared: Arc<Mutex<Shared>>,
-    reloads: tokio::sync::mpsc::UnboundedSender<control::Reload>,
+    /// The control socket's side of the intake loop.
+    handle: control::Handle,
     intake: Intake,
 }
 
@@ -115,8 +115,7 @@ impl Daemon {
         let cgroups = CgroupPolicies::new(set, config, cgroup_map);
         let metrics = options.metrics_listen.map(bind_metrics).transpose()?;
         let counters = Arc::new(Counters::default());
-        let shared = Arc::new(Mutex::new(Shared { status: Default::default(), policies: cgroups.set().clone() }));
-        let (reloads, reload_requests) = tokio::sync::mpsc::unbounded_channel();
+        let (handle, requests) = control::channel(cgroups.set().clone());
         let table = StreamTable::new(counters.clone(), Devices::new(root, Some(devices), pacer), options.max_streams);
         let intake = Intake {
             loaded,
@@ -126,8 +125,9 @@ impl Daemon {
             counters,
             policy_dir: options.policy_dir,
             policy_files: options.policy_files,
-            shared: shared.clone(),
-            reloads: reload_requests,
+            requests,
+            snapshot: Default::default(),
+            lag_last_second: 0,
             started: Instant::now(),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().into(),
         };
@@ -139,8 +139,7 @@ impl Daemon {
             listener,
             metrics,
             control_group: options.control_group,
-            shared,
-            reloads,
+            handle,
             intake,
         })
     }
@@ -148,13 +147,13 @@ impl Daemon {
     /// Serves until SIGINT or SIGTERM; then stops the flushers and
     /// detaches the programs.
     pub fn run(self) -> Result<()> {
-        let Self { rt, signals, events, server, listener, metrics, control_group, shared, reloads, mut intake } = self;
+        let Self { rt, signals, events, server, listener, metrics, control_group, handle, mut intake } = self;
         rt.block_on(async {
             let _server = server;
             if let Some(l) = metrics {
-                tokio::spawn(control::serve_metrics(l, shared.clone()));
+                tokio::spawn(control::serve_metrics(l, handle.clone()));
             }
-            tokio::spawn(control::serve(listener, shared, reloads, control_group));
+            tokio::spawn(control::serve(listener, handle, control_group));
             crate::sys::notify("READY=1");
             intake.run(events, signals).await
         })?;

@@ -1,5 +1,5 @@
-//! What the daemon reports about itself: one snapshot, refreshed by the
-//! intake task every second and read by the control socket.  The same
+//! What the daemon reports about itself: one snapshot, built by the intake
+//! loop when the control socket asks for it.  The same
 //! types are what `wbctl` decodes, so the protocol is defined once.
 
 use std::collections::BTreeMap;

@@ -1,24 +1,24 @@
 //! The daemon's loop, the intake: drains the ring buffer as it becomes
 //! readable and feeds the stream table; once a second reaps streams of
-//! exited writers, reports ring-buffer drops, walks the cgroups and
-//! publishes the status the control socket serves; acts on reloads (SIGHUP
-//! or `wbctl reload`).
+//! exited writers, reports ring-buffer drops and walks the cgroups; builds
+//! the status the control socket asks for; acts on reloads (SIGHUP or
+//! `wbctl reload`).
 
 use std::{
     path::PathBuf,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::Result;
 use aya::maps::{MapData, RingBuf};
-use tokio::{io::unix::AsyncFd, sync::mpsc};
+use tokio::io::unix::AsyncFd;
 
 use super::Signals;
 use crate::{
     abi::{EventKind, wb_event, wb_stat},
     cgroups::CgroupPolicies,
-    control::{Reload, Shared},
+    control::{Ask, Reload, Requests},
     counters::{Counters, ErrorKind},
     loader::Loaded,
     shares::Shares,
@@ -37,10 +37,13 @@ pub(super) struct Intake {
     /// Where the policies are read from again at a reload.
     pub(super) policy_dir: PathBuf,
     pub(super) policy_files: Vec<PathBuf>,
-    /// What the control socket reads, published once a second.
-    pub(super) shared: Arc<Mutex<Shared>>,
-    /// `wbctl reload`.
-    pub(super) reloads: mpsc::UnboundedReceiver<Reload>,
+    /// What the control socket asks: status snapshots and reloads.
+    pub(super) requests: Requests,
+    /// The last snapshot, while it may serve requests again.
+    pub(super) snapshot: Snapshot,
+    /// The longest an event waited in the ring within the last whole
+    /// second, in ns (the status's intake_lag_ms).
+    pub(super) lag_last_second: u64,
     pub(super) started: Instant,
     /// The running kernel's release, read once.
     pub(super) kernel: String,
@@ -81,11 +84,12 @@ impl Intake {
                     drain(events.get_mut(), &mut self.table, SLICE_TIME, &mut backlog);
                     self.table.tick(self.cgroups.on_battery());
                 }
-                Some(Reload) = self.reloads.recv() => self.reload(),
+                Some(ask) = self.requests.snapshots.recv() => self.answer(ask),
+                Some(Reload) = self.requests.reloads.recv() => self.reload(),
                 _ = hup.recv() => self.reload(),
                 _ = tick.tick() => {
                     self.cgroups.refresh();
-                    self.publish(&std::mem::take(&mut backlog));
+                    self.lag_last_second = std::mem::take(&mut backlog).lag_max;
                     crate::sys::notify("WATCHDOG=1");
                     // A close still in the ring is not a close unseen.  (An
                     // agent short of CPU behind a flood may leave one there
@@ -124,13 +128,26 @@ impl Intake {
                 self.table.set_policy(set.root().clone());
                 self.cgroups.replace(set);
                 tracing::info!(policies = %self.cgroups.set().sources.join(", "), "policies reloaded");
+                self.requests.policies.send_replace(Arc::new(self.cgroups.set().clone()));
+                self.snapshot = Snapshot::default();
             }
             Err(e) => tracing::error!(error = %format!("{e:#}"), "policy reload rejected; the running policy stays"),
         }
     }
 
-    /// Refreshes what the socket reports.
-    fn publish(&self, backlog: &Backlog) {
+    /// Answers `ask` and every request waiting behind it, with one snapshot.
+    fn answer(&mut self, ask: Ask) {
+        let mut asks = vec![ask];
+        while let Ok(ask) = self.requests.snapshots.try_recv() {
+            asks.push(ask);
+        }
+        let mut snapshot = std::mem::take(&mut self.snapshot);
+        snapshot.answer(asks, Instant::now(), || self.status());
+        self.snapshot = snapshot;
+    }
+
+    /// What the control socket reports, as of now.
+    fn status(&self) -> Status {
         let (loaded, table, cgroups) = (&self.loaded, &self.table, &self.cgroups);
         let (streams, devices) = table.status();
         let mut counters = self.counters.snapshot();
@@ -140,8 +157,8 @@ impl Intake {
         counters.insert("left_self_synced".into(), loaded.stat(wb_stat::WB_STAT_SELF_SYNCED));
         counters.insert("untracked_user_share".into(), loaded.stat(wb_stat::WB_STAT_USER_SHARE));
         counters.insert("flush_memory_bytes".into(), table.flush_memory() as u64);
-        counters.insert("intake_lag_ms".into(), backlog.lag_max / 1_000_000);
-        let status = Status {
+        counters.insert("intake_lag_ms".into(), self.lag_last_second / 1_000_000);
+        Status {
             version: env!("CARGO_PKG_VERSION").into(),
             backend: loaded.backend.clone(),
             kernel: self.kernel.clone(),
@@ -153,10 +170,42 @@ impl Intake {
             global_limits: table.global_limits(),
             streams,
             counters,
-        };
-        let mut s = self.shared.lock().unwrap();
-        s.status = status;
-        s.policies = cgroups.set().clone();
+        }
+    }
+}
+
+/// A snapshot serves the requests that come this soon after it was built:
+/// building one reads /proc/<pid>/cgroup of every stream (up to
+/// --max-streams of them), which clients asking in a loop would otherwise
+/// have the intake do back to back.  Well under the second that status
+/// was refreshed at when it was built whether asked for or not.
+const SNAPSHOT_REUSE: Duration = Duration::from_millis(100);
+
+/// The last status snapshot and when it was built.
+#[derive(Default)]
+pub(super) struct Snapshot {
+    built: Option<(Instant, Arc<Status>)>,
+}
+
+impl Snapshot {
+    /// Answers `asks` (every request waiting) with one snapshot, built by
+    /// `build` unless the last one is fresh: however many clients ask, at
+    /// most one is built per SNAPSHOT_REUSE.
+    fn answer(&mut self, asks: Vec<Ask>, now: Instant, build: impl FnOnce() -> Status) {
+        let status = self.fresh(now).unwrap_or_else(|| {
+            let s = Arc::new(build());
+            self.built = Some((now, s.clone()));
+            s
+        });
+        for ask in asks {
+            let _ = ask.send(status.clone());
+        }
+    }
+
+    /// The snapshot, if it may still serve a request at `now`.
+    fn fresh(&self, now: Instant) -> Option<Arc<Status>> {
+        let (at, s) = self.built.as_ref()?;
+        (now.saturating_duration_since(*at) < SNAPSHOT_REUSE).then(|| s.clone())
     }
 }
 
@@ -187,7 +236,7 @@ const SHUTDOWN_SLICES: usize = 16;
 /// normal wait: closes that wake nobody wait for the batch tick (100 ms).
 const SHED_AGE: Duration = Duration::from_millis(500);
 
-/// What the drain saw since the last publish.
+/// What the drain saw since the last second's tick.
 #[derive(Default)]
 struct Backlog {
     /// The longest an event waited in the ring, in ns: what a stream's
@@ -219,4 +268,38 @@ fn drain(ring: &mut RingBuf<MapData>, table: &mut StreamTable, time: Duration, b
         table.handle(kind, &ev, path);
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_serves_requests_while_it_is_fresh() {
+        let t0 = Instant::now();
+        assert!(Snapshot::default().fresh(t0).is_none(), "none built yet");
+        let s = Snapshot { built: Some((t0, Arc::new(Status::default()))) };
+        assert!(s.fresh(t0).is_some());
+        assert!(s.fresh(t0 + SNAPSHOT_REUSE / 2).is_some());
+        assert!(s.fresh(t0 + SNAPSHOT_REUSE).is_none());
+    }
+
+    #[test]
+    fn one_snapshot_answers_every_request_waiting() {
+        let (asks, answers): (Vec<_>, Vec<_>) = (0..4).map(|_| tokio::sync::oneshot::channel()).unzip();
+        let (mut snapshot, mut built, t0) = (Snapshot::default(), 0, Instant::now());
+        let mut build = || {
+            built += 1;
+            Status { uptime_s: built as f64, ..Default::default() }
+        };
+        snapshot.answer(asks, t0, &mut build);
+        let got: Vec<f64> = answers.into_iter().map(|mut a| a.try_recv().unwrap().uptime_s).collect();
+        assert_eq!(got, [1.0; 4]);
+        // Soon after, the same snapshot; once it is stale, a new one.
+        for (at, uptime) in [(t0 + SNAPSHOT_REUSE / 2, 1.0), (t0 + SNAPSHOT_REUSE, 2.0)] {
+            let (ask, mut answer) = tokio::sync::oneshot::channel();
+            snapshot.answer(vec![ask], at, &mut build);
+            assert_eq!(answer.try_recv().unwrap().uptime_s, uptime);
+        }
+    }
 }
