@@ -42,17 +42,17 @@ const IDLE: Duration = Duration::from_secs(10);
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// A reload the intake loop is asked for.
-pub struct Reload;
+pub(crate) struct Reload;
 
 /// One request for a status snapshot: where the intake loop sends it.
-pub type Ask = oneshot::Sender<Arc<Status>>;
+pub(crate) type Ask = oneshot::Sender<Arc<Status>>;
 
 /// The socket's side of the intake loop.  Status is built when a client
 /// asks for it, by the loop (it owns what the status reports), on the
 /// same thread: a client's task waits for the reply without holding the
 /// thread, and a loop that is draining a flood answers between its slices.
 #[derive(Clone)]
-pub struct Handle {
+pub(crate) struct Handle {
     snapshots: mpsc::Sender<Ask>,
     reloads: mpsc::UnboundedSender<Reload>,
     /// The policies in force, replaced at each reload.
@@ -60,14 +60,14 @@ pub struct Handle {
 }
 
 /// The intake loop's side: what it is asked, and the policies it tells.
-pub struct Requests {
-    pub snapshots: mpsc::Receiver<Ask>,
-    pub reloads: mpsc::UnboundedReceiver<Reload>,
-    pub policies: watch::Sender<Arc<PolicySet>>,
+pub(crate) struct Requests {
+    pub(crate) snapshots: mpsc::Receiver<Ask>,
+    pub(crate) reloads: mpsc::UnboundedReceiver<Reload>,
+    pub(crate) policies: watch::Sender<Arc<PolicySet>>,
 }
 
 /// The two sides, the policies in force at start.
-pub fn channel(policies: PolicySet) -> (Handle, Requests) {
+pub(crate) fn channel(policies: PolicySet) -> (Handle, Requests) {
     // Every client of either listener waits for its answer before it asks
     // again: room for all of them, so that asking never waits.
     let (ask, snapshots) = mpsc::channel(2 * MAX_CLIENTS);
@@ -85,7 +85,7 @@ impl Handle {
     }
 }
 
-pub struct Server {
+pub(crate) struct Server {
     path: PathBuf,
 }
 
@@ -98,7 +98,7 @@ impl Server {
     /// grant); the daemon decides by the peer's credentials.
     /// A std listener: bound before the runtime exists, so that a taken
     /// path fails start-up; `serve` hands it to tokio.
-    pub fn bind(path: &Path) -> Result<(Self, std::os::unix::net::UnixListener)> {
+    pub(crate) fn bind(path: &Path) -> Result<(Self, std::os::unix::net::UnixListener)> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -213,7 +213,7 @@ fn turn_away(stream: UnixStream, why: &str) {
 }
 
 /// Accepts clients until the listener is dropped.
-pub async fn serve(listener: std::os::unix::net::UnixListener, daemon: Handle, read_group: Option<u32>) {
+pub(crate) async fn serve(listener: std::os::unix::net::UnixListener, daemon: Handle, read_group: Option<u32>) {
     let listener = match UnixListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "control socket unusable"),
@@ -429,7 +429,7 @@ fn tcp_peer_uid(me: std::net::SocketAddr, peer: std::net::SocketAddr) -> Option<
 }
 
 /// The cgroup v2 path of a process ("0::/system.slice/x.service").
-pub fn cgroup_of(pid: u32) -> Option<String> {
+pub(crate) fn cgroup_of(pid: u32) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     text.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_owned)
 }
@@ -437,7 +437,7 @@ pub fn cgroup_of(pid: u32) -> Option<String> {
 /// The optional OpenMetrics endpoint (--metrics-listen): GET /metrics over
 /// plain HTTP, for a fleet's Prometheus.  Read-only, same data as `wbctl
 /// metrics`; anything else gets 404.  Off unless asked for.
-pub async fn serve_metrics(listener: std::net::TcpListener, daemon: Handle) {
+pub(crate) async fn serve_metrics(listener: std::net::TcpListener, daemon: Handle) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "metrics listener unusable"),

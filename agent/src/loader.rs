@@ -20,7 +20,7 @@ use crate::{
 };
 
 /// The `cgroup_policies` map.
-pub type CgroupMap = aya::maps::HashMap<MapData, u64, wb_policy>;
+pub(crate) type CgroupMap = aya::maps::HashMap<MapData, u64, wb_policy>;
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writebehind.bpf.o"));
 /// The same programs for kernels without bpf_loop (before 5.17: Debian 11's
@@ -76,17 +76,6 @@ pub enum Backend {
     Tracepoint,
 }
 
-impl std::str::FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "fentry" => Ok(Self::Fentry),
-            "tracepoint" => Ok(Self::Tracepoint),
-            _ => Err(format!("unknown backend {s:?}: expected auto, fentry or tracepoint")),
-        }
-    }
-}
 /// (program, syscall tracepoint) pairs: closes, seen while the fd still
 /// names the file, and syncs a writer asks for itself.
 const SYSCALL_HOOKS: &[(&str, &str)] = &[
@@ -99,14 +88,14 @@ const SYSCALL_HOOKS: &[(&str, &str)] = &[
     ("wb_enter_sync_file_range", "sys_enter_sync_file_range"),
 ];
 
-pub struct Loaded {
+pub(crate) struct Loaded {
     // Fields drop in order: programs detach before tracefs is unmounted.
     ebpf: Ebpf,
     _tracefs: TracefsMount,
     /// What is attached, for logs and `wbctl status`: "fentry",
     /// "tracepoint", or "fentry+sys_exit(vfs_writev)" where a function was
     /// missing; "+dirty" where pages dirtied by mmap stores and io_uring are seen.
-    pub backend: String,
+    pub(crate) backend: String,
 }
 
 /// Refuses early, with the reason, what would otherwise fail obscurely.
@@ -164,7 +153,7 @@ fn object(btf: &[u8]) -> (&'static [u8], &'static str) {
 }
 
 impl Loaded {
-    pub fn load_and_attach(mut cfg: wb_config, backend: Backend) -> Result<Self> {
+    pub(crate) fn load_and_attach(mut cfg: wb_config, backend: Backend) -> Result<Self> {
         let tracefs = TracefsMount::ensure()?;
         let btf = Btf::from_sys_fs().context("reading kernel BTF from /sys/kernel/btf/vmlinux")?;
         let (object, compat) = object(&std::fs::read(VMLINUX_BTF)?);
@@ -318,7 +307,7 @@ impl Loaded {
     }
 
     /// The in-kernel trigger: window, burst allowance, quiet time.
-    pub fn set_config(&mut self, cfg: wb_config) -> Result<()> {
+    pub(crate) fn set_config(&mut self, cfg: wb_config) -> Result<()> {
         let mut map: Array<_, wb_config> =
             Array::try_from(self.ebpf.map_mut("wb_config_map").context("no wb_config_map")?)?;
         map.set(0, cfg, 0).context("writing wb_config_map")?;
@@ -327,7 +316,7 @@ impl Loaded {
 
     /// The maps the agent tunes BPF through: (wb_config_map, devices,
     /// cgroup_policies).  Taken once.
-    pub fn take_tuning(&mut self) -> Result<(Array<MapData, wb_config>, DeviceMap, CgroupMap)> {
+    pub(crate) fn take_tuning(&mut self) -> Result<(Array<MapData, wb_config>, DeviceMap, CgroupMap)> {
         let mut take = |name: &str| self.ebpf.take_map(name).with_context(|| format!("map {name} already taken"));
         Ok((
             Array::try_from(take("wb_config_map")?)?,
@@ -338,7 +327,7 @@ impl Loaded {
 
     /// The stream map and each user's count of it, to their recount
     /// thread (shares.rs).  Taken once.
-    pub fn take_shares(&mut self) -> Result<crate::shares::Shares> {
+    pub(crate) fn take_shares(&mut self) -> Result<crate::shares::Shares> {
         let mut take = |name: &str| self.ebpf.take_map(name).with_context(|| format!("map {name} already taken"));
         Ok(crate::shares::Shares::start(
             aya::maps::HashMap::try_from(take("streams")?)?,
@@ -347,13 +336,13 @@ impl Loaded {
     }
 
     /// The ring buffer the programs report through; taken once by intake.
-    pub fn take_events(&mut self) -> Result<RingBuf<MapData>> {
+    pub(crate) fn take_events(&mut self) -> Result<RingBuf<MapData>> {
         let map = self.ebpf.take_map("events").context("events ring buffer already taken")?;
         Ok(RingBuf::try_from(map)?)
     }
 
     /// Sum over CPUs of one `stats` counter.
-    pub fn stat(&self, which: wb_stat) -> u64 {
+    pub(crate) fn stat(&self, which: wb_stat) -> u64 {
         let Some(map) = self.ebpf.map("stats") else {
             return 0;
         };
