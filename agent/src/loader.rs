@@ -114,8 +114,11 @@ pub fn check_environment() -> Result<()> {
     }
     // The oldest kernel: 5.8, for the BPF ring buffer (and tp_btf, 5.5);
     // 5.10 is the oldest one tested (cargo xtask vmtest).  By feature, not
-    // by version: distribution kernels backport.
-    if !kernel_knows(&std::fs::read(VMLINUX_BTF)?, "BPF_MAP_TYPE_RINGBUF") {
+    // by version: distribution kernels backport.  aya's probe creates one:
+    // a kernel without the type refuses it (EINVAL).  A probe that fails
+    // otherwise (this runs before logging is set up) refuses nothing here:
+    // loading the programs says why.
+    if let Ok(false) = aya::sys::is_map_supported(aya::maps::MapType::RingBuf) {
         bail!(
             "this kernel has no BPF ring buffer: writebehindd needs Linux 5.8 or later (or a kernel with it backported)"
         );
@@ -138,25 +141,31 @@ fn paranoid_hint() -> &'static str {
     }
 }
 
-/// Whether the kernel's BTF names `what` (an enumerator such as a BPF
-/// helper's BPF_FUNC_ id or a map type), as a whole string of its table.
-fn kernel_knows(btf: &[u8], what: &str) -> bool {
-    let want = format!("\0{what}\0");
-    btf.windows(want.len()).any(|w| w == want.as_bytes())
-}
-
 /// The BPF object for this kernel: the compat one where bpf_loop is
 /// missing (or WB_BPF_OBJECT=compat); its name for the backend's.
-fn object(btf: &[u8]) -> (&'static [u8], &'static str) {
+fn object() -> (&'static [u8], &'static str) {
     let forced = std::env::var(OBJECT_ENV).is_ok_and(|v| v == "compat");
-    if forced || !kernel_knows(btf, "BPF_FUNC_loop") { (BPF_OBJECT_COMPAT, "+compat") } else { (BPF_OBJECT, "") }
+    if forced || !has_bpf_loop() { (BPF_OBJECT_COMPAT, "+compat") } else { (BPF_OBJECT, "") }
+}
+
+/// Whether the kernel has the bpf_loop helper (5.17+, or backported):
+/// aya loads a tracepoint program that calls it and reads the verifier's
+/// answer (tracepoint, fentry and tp_btf programs all reach it through
+/// the same base helpers).  A probe that fails counts as missing: the
+/// compat object loads on every kernel.
+fn has_bpf_loop() -> bool {
+    use aya::{programs::ProgramType, sys::BpfHelper};
+    aya::sys::is_helper_supported(ProgramType::TracePoint, BpfHelper::BPF_FUNC_loop).unwrap_or_else(|e| {
+        tracing::info!(error = %e, "cannot probe for bpf_loop; loading the compat programs");
+        false
+    })
 }
 
 impl Loaded {
     pub(crate) fn load_and_attach(mut cfg: wb_config, backend: Backend) -> Result<Self> {
         let tracefs = TracefsMount::ensure()?;
         let btf = Btf::from_sys_fs().context("reading kernel BTF from /sys/kernel/btf/vmlinux")?;
-        let (object, compat) = object(&std::fs::read(VMLINUX_BTF)?);
+        let (object, compat) = object();
         let ebpf = EbpfLoader::new().btf(Some(&btf)).load(object).context("loading the BPF object into the kernel")?;
         let mut me = Self { ebpf, _tracefs: tracefs, backend: String::new() };
 
