@@ -121,10 +121,6 @@ impl Estimator {
         (self.estimate() as f64).max(self.fastest) as u64
     }
 
-    pub fn measured(&self) -> bool {
-        self.own.is_some() || self.kernel.is_some()
-    }
-
     /// Whether the agent has timed writeback of its own here: the kernel's
     /// estimate of a fresh NFS mount starts near 90 MB/s, whatever the link.
     pub fn sampled(&self) -> bool {
@@ -359,7 +355,7 @@ mod tests {
         let mut e = Estimator::new(4 * MIB);
         e.kernel(KERNEL_INIT_BW);
         assert_eq!(e.estimate(), 4 * MIB);
-        assert!(!e.measured());
+        assert!(!e.sampled());
         // Once it moved, it is a prior for a device the agent never timed.
         e.kernel(80 * MIB);
         assert_eq!(e.estimate(), 80 * MIB);

@@ -20,12 +20,12 @@ use anyhow::{Context, Result, bail};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::{UnixListener, UnixStream},
-    sync::mpsc,
+    sync::{mpsc, oneshot, watch},
 };
 
 use crate::{
     policies::PolicySet,
-    status::{PROTOCOL, Request, Response, Status, metrics},
+    status::{Command, PROTOCOL, Request, Response, Status, metrics},
 };
 
 const MAX_LINE: u64 = 64 * 1024;
@@ -41,18 +41,51 @@ const IDLE: Duration = Duration::from_secs(10);
 /// once would spin on the thread that also drains events.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// What the intake task publishes for the socket to read.
-pub struct Shared {
-    pub status: Status,
-    pub policies: PolicySet,
+/// A reload the intake loop is asked for.
+pub(crate) struct Reload;
+
+/// One request for a status snapshot: where the intake loop sends it.
+pub(crate) type Ask = oneshot::Sender<Arc<Status>>;
+
+/// The socket's side of the intake loop.  Status is built when a client
+/// asks for it, by the loop (it owns what the status reports), on the
+/// same thread: a client's task waits for the reply without holding the
+/// thread, and a loop that is draining a flood answers between its slices.
+#[derive(Clone)]
+pub(crate) struct Handle {
+    snapshots: mpsc::Sender<Ask>,
+    reloads: mpsc::UnboundedSender<Reload>,
+    /// The policies in force, replaced at each reload.
+    policies: watch::Receiver<Arc<PolicySet>>,
 }
 
-/// Requests the intake task acts on.
-pub enum Command {
-    Reload,
+/// The intake loop's side: what it is asked, and the policies it tells.
+pub(crate) struct Requests {
+    pub(crate) snapshots: mpsc::Receiver<Ask>,
+    pub(crate) reloads: mpsc::UnboundedReceiver<Reload>,
+    pub(crate) policies: watch::Sender<Arc<PolicySet>>,
 }
 
-pub struct Server {
+/// The two sides, the policies in force at start.
+pub(crate) fn channel(policies: PolicySet) -> (Handle, Requests) {
+    // Every client of either listener waits for its answer before it asks
+    // again: room for all of them, so that asking never waits.
+    let (ask, snapshots) = mpsc::channel(2 * MAX_CLIENTS);
+    let (reload, reloads) = mpsc::unbounded_channel();
+    let (tell, policies) = watch::channel(Arc::new(policies));
+    (Handle { snapshots: ask, reloads: reload, policies }, Requests { snapshots, reloads, policies: tell })
+}
+
+impl Handle {
+    /// A status snapshot from the intake loop; None once it has stopped.
+    async fn status(&self) -> Option<Arc<Status>> {
+        let (ask, answer) = oneshot::channel();
+        self.snapshots.send(ask).await.ok()?;
+        answer.await.ok()
+    }
+}
+
+pub(crate) struct Server {
     path: PathBuf,
 }
 
@@ -65,7 +98,7 @@ impl Server {
     /// grant); the daemon decides by the peer's credentials.
     /// A std listener: bound before the runtime exists, so that a taken
     /// path fails start-up; `serve` hands it to tokio.
-    pub fn bind(path: &Path) -> Result<(Self, std::os::unix::net::UnixListener)> {
+    pub(crate) fn bind(path: &Path) -> Result<(Self, std::os::unix::net::UnixListener)> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -180,12 +213,7 @@ fn turn_away(stream: UnixStream, why: &str) {
 }
 
 /// Accepts clients until the listener is dropped.
-pub async fn serve(
-    listener: std::os::unix::net::UnixListener,
-    shared: Arc<Mutex<Shared>>,
-    commands: mpsc::UnboundedSender<Command>,
-    read_group: Option<u32>,
-) {
+pub(crate) async fn serve(listener: std::os::unix::net::UnixListener, daemon: Handle, read_group: Option<u32>) {
     let listener = match UnixListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "control socket unusable"),
@@ -209,9 +237,9 @@ pub async fn serve(
             turn_away(stream, &why);
             continue;
         };
-        let (shared, commands) = (shared.clone(), commands.clone());
+        let daemon = daemon.clone();
         tokio::spawn(async move {
-            let _ = client(stream, uid, shared, commands).await;
+            let _ = client(stream, uid, daemon).await;
             drop(slot);
         });
     }
@@ -236,12 +264,7 @@ async fn accepted<T>(result: std::io::Result<T>, failing: &mut bool) -> Option<T
 }
 
 /// One admitted client: root or a member of the control group.
-async fn client(
-    stream: UnixStream,
-    uid: u32,
-    shared: Arc<Mutex<Shared>>,
-    commands: mpsc::UnboundedSender<Command>,
-) -> Result<()> {
+async fn client(stream: UnixStream, uid: u32, daemon: Handle) -> Result<()> {
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read);
     loop {
@@ -259,54 +282,70 @@ async fn client(
         }
         let response = match parse_request(&line) {
             Err(refusal) => refusal,
-            Ok(r) => answer(&r, uid, &shared, &commands),
+            Ok(r) => answer(&r.cmd, uid, &daemon).await,
         };
         reply(&mut write, &response).await?;
     }
 }
 
-/// One request line, decoded, or the error response it earns.
+/// One request line, decoded, or the error response it earns: another
+/// protocol version, a command this daemon does not have, or a line that
+/// is not a request.
 pub fn parse_request(line: &str) -> Result<Request, Response> {
-    match serde_json::from_str::<Request>(line) {
-        Err(e) => Err(Response::err(format!("malformed request: {e}"))),
-        Ok(r) if r.v != PROTOCOL => {
-            Err(Response::err(format!("protocol version {} not spoken (this daemon: {PROTOCOL})", r.v)))
-        }
-        Ok(r) => Ok(r),
+    let version = |v| Response::err(format!("protocol version {v} not spoken (this daemon: {PROTOCOL})"));
+    let e = match serde_json::from_str::<Request>(line) {
+        Ok(r) if r.v == PROTOCOL => return Ok(r),
+        Ok(r) => return Err(version(r.v)),
+        Err(e) => e,
+    };
+    /// What any request names, for a refusal that says what it asked.
+    #[derive(serde::Deserialize)]
+    struct Head {
+        v: u32,
+        cmd: String,
     }
+    Err(match serde_json::from_str::<Head>(line) {
+        Ok(h) if h.v != PROTOCOL => version(h.v),
+        Ok(h) if !Command::NAMES.contains(&h.cmd.as_str()) => {
+            Response::err(format!("unknown command {:?} (known: {})", h.cmd, Command::NAMES.join(", ")))
+        }
+        _ => Response::err(format!("malformed request: {e}")),
+    })
 }
 
 /// The answer to an admitted client's request: reading for all of them,
 /// reload for root.
-fn answer(r: &Request, uid: u32, shared: &Mutex<Shared>, commands: &mpsc::UnboundedSender<Command>) -> Response {
-    let s = shared.lock().unwrap();
-    match r.cmd.as_str() {
-        "status" => Response::ok(json(&s.status)),
-        "streams" => Response::ok(json(&s.status.streams)),
-        "devices" => Response::ok(json(&s.status.devices)),
-        "metrics" => Response::ok(serde_json::Value::String(metrics(&s.status))),
-        "policy" => {
-            let path = match (&r.cgroup, r.pid) {
+async fn answer(cmd: &Command, uid: u32, daemon: &Handle) -> Response {
+    let stopping = || Response::err("the daemon is stopping");
+    match cmd {
+        Command::Status | Command::Streams | Command::Devices | Command::Metrics => {
+            let Some(s) = daemon.status().await else { return stopping() };
+            Response::ok(match cmd {
+                Command::Streams => json(&s.streams),
+                Command::Devices => json(&s.devices),
+                Command::Metrics => serde_json::Value::String(metrics(&s)),
+                _ => json(&*s),
+            })
+        }
+        Command::Policy { pid, cgroup } => {
+            let path = match (cgroup, pid) {
                 (Some(c), _) => c.clone(),
-                (None, Some(pid)) => match cgroup_of(pid) {
+                (None, Some(pid)) => match cgroup_of(*pid) {
                     Some(c) => c,
                     None => return Response::err(format!("no process {pid} (or it has no cgroup v2 path)")),
                 },
                 (None, None) => "/".into(),
             };
-            let p = s.policies.resolve(&path);
+            let p = daemon.policies.borrow().resolve(&path);
             let lines: serde_json::Map<String, serde_json::Value> =
                 p.lines().into_iter().map(|(k, v)| (k.to_owned(), serde_json::Value::String(v))).collect();
             Response::ok(serde_json::json!({ "cgroup": path, "policy": lines }))
         }
-        "reload" if uid != 0 => Response::err("permission denied: reload needs root"),
-        "reload" => match commands.send(Command::Reload) {
+        Command::Reload if uid != 0 => Response::err("permission denied: reload needs root"),
+        Command::Reload => match daemon.reloads.send(Reload) {
             Ok(()) => Response::ok(serde_json::Value::String("reload requested".into())),
-            Err(_) => Response::err("the daemon is stopping"),
+            Err(_) => stopping(),
         },
-        other => Response::err(format!(
-            "unknown command {other:?} (known: status, streams, devices, policy, metrics, reload)"
-        )),
     }
 }
 
@@ -390,7 +429,7 @@ fn tcp_peer_uid(me: std::net::SocketAddr, peer: std::net::SocketAddr) -> Option<
 }
 
 /// The cgroup v2 path of a process ("0::/system.slice/x.service").
-pub fn cgroup_of(pid: u32) -> Option<String> {
+pub(crate) fn cgroup_of(pid: u32) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     text.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_owned)
 }
@@ -398,7 +437,7 @@ pub fn cgroup_of(pid: u32) -> Option<String> {
 /// The optional OpenMetrics endpoint (--metrics-listen): GET /metrics over
 /// plain HTTP, for a fleet's Prometheus.  Read-only, same data as `wbctl
 /// metrics`; anything else gets 404.  Off unless asked for.
-pub async fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Mutex<Shared>>) {
+pub(crate) async fn serve_metrics(listener: std::net::TcpListener, daemon: Handle) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "metrics listener unusable"),
@@ -412,7 +451,7 @@ pub async fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Mutex<Sh
         // fleet's scraper got none.  Peers from elsewhere share one user.
         let user = stream.local_addr().ok().and_then(|me| tcp_peer_uid(me, peer)).unwrap_or(REMOTE);
         let Some(permit) = slots.take(user) else { continue };
-        let shared = shared.clone();
+        let daemon = daemon.clone();
         tokio::spawn(async move {
             let mut head = Vec::new();
             let mut buf = [0u8; 1024];
@@ -429,7 +468,8 @@ pub async fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Mutex<Sh
                 return;
             }
             let response = if head.starts_with(b"GET /metrics ") {
-                let body = metrics(&shared.lock().unwrap().status);
+                let Some(status) = daemon.status().await else { return };
+                let body = metrics(&status);
                 format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n\
                      Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -478,6 +518,53 @@ mod tests {
             assert_eq!(check_dir(&base).is_ok(), ok, "mode {mode:o}");
         }
         std::fs::remove_dir(&base).unwrap();
+    }
+
+    #[test]
+    fn a_refused_request_is_told_what_was_wrong() {
+        let err = |line: &str| parse_request(line).unwrap_err().error.unwrap();
+        assert_eq!(err("garbage\n"), "malformed request: expected value at line 1 column 1");
+        assert_eq!(err("{}\n"), "malformed request: missing field `v` at line 1 column 2");
+        assert!(err(r#"{"v":1}"#).starts_with("malformed request: missing field `cmd`"), "{}", err(r#"{"v":1}"#));
+        assert!(err(r#"{"v":1,"cmd":"policy","pid":"x"}"#).starts_with("malformed request: "));
+        for line in [r#"{"v":99,"cmd":"status"}"#, r#"{"v":99,"cmd":"format-disk"}"#] {
+            assert_eq!(err(line), "protocol version 99 not spoken (this daemon: 1)");
+        }
+        assert_eq!(
+            err(r#"{"v":1,"cmd":"format-disk"}"#),
+            r#"unknown command "format-disk" (known: status, streams, devices, policy, metrics, reload)"#
+        );
+        let r = parse_request(r#"{"v":1,"cmd":"policy","pid":7}"#).unwrap();
+        assert_eq!(r.cmd, Command::Policy { pid: Some(7), cgroup: None });
+    }
+
+    /// Status requests are answered by whoever holds the other side (the
+    /// intake loop), on the same thread; once it is gone, clients are told.
+    #[test]
+    fn status_is_asked_of_the_loop() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let (handle, mut requests) = channel(PolicySet::load(&[]).unwrap());
+        rt.block_on(async {
+            let asked = async {
+                let answers = (answer(&Command::Status, 0, &handle).await, answer(&Command::Streams, 0, &handle).await);
+                drop(handle);
+                answers
+            };
+            let the_loop = async {
+                while let Some(ask) = requests.snapshots.recv().await {
+                    let _ = ask.send(Arc::new(Status { kernel: "k".into(), ..Default::default() }));
+                }
+            };
+            let ((status, streams), ()) = tokio::join!(asked, the_loop);
+            assert_eq!(status.data.unwrap()["kernel"], "k");
+            assert_eq!(streams.data.unwrap(), serde_json::json!([]));
+        });
+        let (handle, requests) = channel(PolicySet::load(&[]).unwrap());
+        drop(requests);
+        let stopped = rt.block_on(answer(&Command::Metrics, 0, &handle));
+        assert_eq!(stopped.error.as_deref(), Some("the daemon is stopping"));
+        let policy = rt.block_on(answer(&Command::Policy { pid: None, cgroup: None }, 0, &handle));
+        assert_eq!(policy.data.unwrap()["cgroup"], "/", "the policies are the handle's own");
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! writebehindd: BPF programs notice streaming writers (bpf/), this agent
 //! starts writeback of what they wrote, one window at a time.
 //!
-//! Modules by responsibility: `loader` (load and attach BPF), `intake` (ring
-//! buffer), `streams` (stream table), `flusher` (per-device submitters),
-//! `closer` (files whose close waits for a server, closed off the intake
-//! thread),
+//! Modules by responsibility: `daemon` (a run: what it loads, binds and
+//! owns, and its loop, `daemon::intake`, which drains the ring buffer),
+//! `loader` (load and attach BPF), `streams` (stream table), `flusher`
+//! (per-device submitters), `closer` (files whose close waits for a
+//! server, closed off the intake thread),
 //! `admission` (what may wait for a device's thread),
 //! `devices` (per-device windows and pacing), `backing` (who sets a
 //! device's speed), `bandwidth` (the estimator and
@@ -14,25 +15,30 @@
 //! `status` (what it reports, and the protocol), `counters`, `shares` (each
 //! owner's half of BPF's stream map), `sys` (syscall wrappers), `abi`
 //! (generated).
+//!
+//! Public are the modules the binaries (main.rs, wbctl) and the tests
+//! (tests/, agent/tests/) use; the rest is the daemon's alone.
 
 pub mod abi;
 mod admission;
-pub mod backing;
-pub mod bandwidth;
-pub mod cgroups;
+mod backing;
+mod bandwidth;
+mod cgroups;
+#[cfg(test)]
+mod cli_tests;
 mod closer;
 pub mod control;
-pub mod counters;
-pub mod devices;
-pub mod flusher;
+mod counters;
+pub mod daemon;
+mod devices;
+mod flusher;
 pub mod handles;
-pub mod intake;
 pub mod loader;
 pub mod pacing;
 pub mod policies;
-pub mod policy;
-pub mod power;
-pub mod shares;
+mod policy;
+mod power;
+mod shares;
 pub mod status;
 pub mod streams;
 pub mod sys;

@@ -20,12 +20,12 @@ use crate::{
 };
 
 /// The `cgroup_policies` map.
-pub type CgroupMap = aya::maps::HashMap<MapData, u64, wb_policy>;
+pub(crate) type CgroupMap = aya::maps::HashMap<MapData, u64, wb_policy>;
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writebehind.bpf.o"));
 /// The same programs for kernels without bpf_loop (before 5.17: Debian 11's
 /// 5.10, Ubuntu 22.04's 5.15): probe reads of the task and bounded loops
-/// (bpf/stream.bpf.h, WB_COMPAT).
+/// (bpf/compat.bpf.h, WB_COMPAT).
 static BPF_OBJECT_COMPAT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/writebehind-compat.bpf.o"));
 /// Set to "compat", the compat object is loaded whatever the kernel has
 /// (the tests run it on this kernel too).
@@ -76,17 +76,6 @@ pub enum Backend {
     Tracepoint,
 }
 
-impl std::str::FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "fentry" => Ok(Self::Fentry),
-            "tracepoint" => Ok(Self::Tracepoint),
-            _ => Err(format!("unknown backend {s:?}: expected auto, fentry or tracepoint")),
-        }
-    }
-}
 /// (program, syscall tracepoint) pairs: closes, seen while the fd still
 /// names the file, and syncs a writer asks for itself.
 const SYSCALL_HOOKS: &[(&str, &str)] = &[
@@ -99,14 +88,14 @@ const SYSCALL_HOOKS: &[(&str, &str)] = &[
     ("wb_enter_sync_file_range", "sys_enter_sync_file_range"),
 ];
 
-pub struct Loaded {
+pub(crate) struct Loaded {
     // Fields drop in order: programs detach before tracefs is unmounted.
     ebpf: Ebpf,
     _tracefs: TracefsMount,
     /// What is attached, for logs and `wbctl status`: "fentry",
     /// "tracepoint", or "fentry+sys_exit(vfs_writev)" where a function was
     /// missing; "+dirty" where pages dirtied by mmap stores and io_uring are seen.
-    pub backend: String,
+    pub(crate) backend: String,
 }
 
 /// Refuses early, with the reason, what would otherwise fail obscurely.
@@ -125,8 +114,11 @@ pub fn check_environment() -> Result<()> {
     }
     // The oldest kernel: 5.8, for the BPF ring buffer (and tp_btf, 5.5);
     // 5.10 is the oldest one tested (cargo xtask vmtest).  By feature, not
-    // by version: distribution kernels backport.
-    if !kernel_knows(&std::fs::read(VMLINUX_BTF)?, "BPF_MAP_TYPE_RINGBUF") {
+    // by version: distribution kernels backport.  aya's probe creates one:
+    // a kernel without the type refuses it (EINVAL).  A probe that fails
+    // otherwise (this runs before logging is set up) refuses nothing here:
+    // loading the programs says why.
+    if let Ok(false) = aya::sys::is_map_supported(aya::maps::MapType::RingBuf) {
         bail!(
             "this kernel has no BPF ring buffer: writebehindd needs Linux 5.8 or later (or a kernel with it backported)"
         );
@@ -149,25 +141,31 @@ fn paranoid_hint() -> &'static str {
     }
 }
 
-/// Whether the kernel's BTF names `what` (an enumerator such as a BPF
-/// helper's BPF_FUNC_ id or a map type), as a whole string of its table.
-fn kernel_knows(btf: &[u8], what: &str) -> bool {
-    let want = format!("\0{what}\0");
-    btf.windows(want.len()).any(|w| w == want.as_bytes())
-}
-
 /// The BPF object for this kernel: the compat one where bpf_loop is
 /// missing (or WB_BPF_OBJECT=compat); its name for the backend's.
-fn object(btf: &[u8]) -> (&'static [u8], &'static str) {
+fn object() -> (&'static [u8], &'static str) {
     let forced = std::env::var(OBJECT_ENV).is_ok_and(|v| v == "compat");
-    if forced || !kernel_knows(btf, "BPF_FUNC_loop") { (BPF_OBJECT_COMPAT, "+compat") } else { (BPF_OBJECT, "") }
+    if forced || !has_bpf_loop() { (BPF_OBJECT_COMPAT, "+compat") } else { (BPF_OBJECT, "") }
+}
+
+/// Whether the kernel has the bpf_loop helper (5.17+, or backported):
+/// aya loads a tracepoint program that calls it and reads the verifier's
+/// answer (tracepoint, fentry and tp_btf programs all reach it through
+/// the same base helpers).  A probe that fails counts as missing: the
+/// compat object loads on every kernel.
+fn has_bpf_loop() -> bool {
+    use aya::{programs::ProgramType, sys::BpfHelper};
+    aya::sys::is_helper_supported(ProgramType::TracePoint, BpfHelper::BPF_FUNC_loop).unwrap_or_else(|e| {
+        tracing::info!(error = %e, "cannot probe for bpf_loop; loading the compat programs");
+        false
+    })
 }
 
 impl Loaded {
-    pub fn load_and_attach(mut cfg: wb_config, backend: Backend) -> Result<Self> {
+    pub(crate) fn load_and_attach(mut cfg: wb_config, backend: Backend) -> Result<Self> {
         let tracefs = TracefsMount::ensure()?;
         let btf = Btf::from_sys_fs().context("reading kernel BTF from /sys/kernel/btf/vmlinux")?;
-        let (object, compat) = object(&std::fs::read(VMLINUX_BTF)?);
+        let (object, compat) = object();
         let ebpf = EbpfLoader::new().btf(Some(&btf)).load(object).context("loading the BPF object into the kernel")?;
         let mut me = Self { ebpf, _tracefs: tracefs, backend: String::new() };
 
@@ -318,7 +316,7 @@ impl Loaded {
     }
 
     /// The in-kernel trigger: window, burst allowance, quiet time.
-    pub fn set_config(&mut self, cfg: wb_config) -> Result<()> {
+    pub(crate) fn set_config(&mut self, cfg: wb_config) -> Result<()> {
         let mut map: Array<_, wb_config> =
             Array::try_from(self.ebpf.map_mut("wb_config_map").context("no wb_config_map")?)?;
         map.set(0, cfg, 0).context("writing wb_config_map")?;
@@ -327,7 +325,7 @@ impl Loaded {
 
     /// The maps the agent tunes BPF through: (wb_config_map, devices,
     /// cgroup_policies).  Taken once.
-    pub fn take_tuning(&mut self) -> Result<(Array<MapData, wb_config>, DeviceMap, CgroupMap)> {
+    pub(crate) fn take_tuning(&mut self) -> Result<(Array<MapData, wb_config>, DeviceMap, CgroupMap)> {
         let mut take = |name: &str| self.ebpf.take_map(name).with_context(|| format!("map {name} already taken"));
         Ok((
             Array::try_from(take("wb_config_map")?)?,
@@ -338,7 +336,7 @@ impl Loaded {
 
     /// The stream map and each user's count of it, to their recount
     /// thread (shares.rs).  Taken once.
-    pub fn take_shares(&mut self) -> Result<crate::shares::Shares> {
+    pub(crate) fn take_shares(&mut self) -> Result<crate::shares::Shares> {
         let mut take = |name: &str| self.ebpf.take_map(name).with_context(|| format!("map {name} already taken"));
         Ok(crate::shares::Shares::start(
             aya::maps::HashMap::try_from(take("streams")?)?,
@@ -347,13 +345,13 @@ impl Loaded {
     }
 
     /// The ring buffer the programs report through; taken once by intake.
-    pub fn take_events(&mut self) -> Result<RingBuf<MapData>> {
+    pub(crate) fn take_events(&mut self) -> Result<RingBuf<MapData>> {
         let map = self.ebpf.take_map("events").context("events ring buffer already taken")?;
         Ok(RingBuf::try_from(map)?)
     }
 
     /// Sum over CPUs of one `stats` counter.
-    pub fn stat(&self, which: wb_stat) -> u64 {
+    pub(crate) fn stat(&self, which: wb_stat) -> u64 {
         let Some(map) = self.ebpf.map("stats") else {
             return 0;
         };

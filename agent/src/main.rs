@@ -3,30 +3,17 @@
 
 mod instance;
 
-use std::{
-    io::IsTerminal,
-    path::{Path, PathBuf},
-    process::ExitCode,
-    sync::{Arc, Mutex},
-    time::Instant,
-};
+use std::{io::IsTerminal, path::Path, process::ExitCode};
 
-use anyhow::{Context, Result};
+use clap::{CommandFactory, error::ErrorKind};
 use instance::Instance;
-use tokio::signal::unix::{SignalKind, signal};
 use writebehindd::{
-    abi::{wb_config, wb_stat},
-    cgroups::CgroupPolicies,
-    control::{self, Shared},
-    counters::Counters,
-    devices::Devices,
-    intake,
-    loader::{self, Loaded},
+    daemon::{self, Daemon},
+    loader,
     pacing::{self, Lever, Pacer},
-    policies::{self, POLICY_DIR, PolicySet},
-    status::SOCKET,
-    streams::StreamTable,
+    policies::{self, PolicySet},
 };
+use writebehindd_cli::daemon as cli;
 
 /// A group's id from its name (or a number).
 fn group_id(g: &str) -> Option<u32> {
@@ -38,153 +25,57 @@ fn group_id(g: &str) -> Option<u32> {
     (!gr.is_null()).then(|| unsafe { (*gr).gr_gid })
 }
 
-const USAGE: &str = "\
-usage: writebehindd [--policy-dir DIR] [--policy FILE]... [--backend KIND] [--pacing-lever LEVER]
-                    [--max-streams N] [--help] [--version]
-       writebehindd --check-policy PATH...
-       writebehindd --restore
-
-Keeps the dirty page cache of streaming writers near a small window by
-starting writeback behind them. Runs in the foreground until SIGINT/SIGTERM;
-SIGHUP re-reads the policies (a broken file is rejected, the running policy
-stays).
-
-  --policy-dir DIR     policy drop-ins, *.toml in name order
-                       (default /etc/writebehindd/policies.d)
-  --policy FILE        one more policy file, applied after the directory
-  --check-policy PATH  validate policy files (or directories of them), print
-                       the effective policy per match, and exit
-  --restore            put back the bdi and global dirty limits a killed daemon was
-                       pacing with (journaled in /run/writebehindd/paced-bdis and
-                       dirty-limits), and exit; refused while a daemon runs (it
-                       restores them itself)
-  --backend KIND       auto (default: fentry where the kernel allows it, else
-                       syscall tracepoints), fentry or tracepoint
-  --pacing-lever LEVER auto (default: a device's own strict_limit and max_bytes where
-                       the kernel has them, 6.2+, else the global vm.dirty_bytes while
-                       a device needs pacing), bdi or global
-  --max-streams N      streams at most, each holding its file and a pidfd (default 8192);
-                       beyond it new streams are left to the kernel, counted as over_cap
-  --control PATH       control socket for wbctl (default /run/writebehindd/control.sock)
-  --control-group GRP  also let this group read the daemon's state (wbctl status)
-  --metrics-listen ADDR  serve OpenMetrics at http://ADDR/metrics (off by default;
-                       a loopback address such as 127.0.0.1:9477 unless you mean it)
-
-Policies: policies/README.md and the embedded default, policies/default.toml.
-Log level: RUST_LOG (default info).";
-
-struct Args {
-    dir: PathBuf,
-    files: Vec<PathBuf>,
-    check: Option<Vec<PathBuf>>,
-    restore: bool,
-    control: PathBuf,
-    control_group: Option<u32>,
-    metrics_listen: Option<std::net::SocketAddr>,
-    backend: loader::Backend,
-    lever: Lever,
-    max_streams: usize,
+/// What the command line asks for.
+enum Mode {
+    /// --check-policy: validate these files and directories.
+    Check(Vec<std::path::PathBuf>),
+    Restore,
+    Run(daemon::Options),
 }
 
-fn parse_args() -> Result<Option<Args>, String> {
-    let mut a = Args {
-        dir: POLICY_DIR.into(),
-        files: Vec::new(),
-        check: None,
-        restore: false,
-        control: SOCKET.into(),
-        control_group: None,
-        metrics_listen: None,
-        backend: loader::Backend::Auto,
-        lever: Lever::Auto,
-        max_streams: writebehindd::streams::MAX_HELD,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = |what: &str| args.next().ok_or_else(|| format!("{arg} needs {what}"));
-        match arg.as_str() {
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            "-V" | "--version" => {
-                println!("writebehindd {}", env!("CARGO_PKG_VERSION"));
-                return Ok(None);
-            }
-            "--restore" => a.restore = true,
-            "--policy-dir" => a.dir = value("a directory")?.into(),
-            "--policy" => a.files.push(value("a file")?.into()),
-            "--control" => a.control = value("a socket path")?.into(),
-            "--backend" => a.backend = value("auto, fentry or tracepoint")?.parse()?,
-            "--pacing-lever" => a.lever = value("auto, bdi or global")?.parse()?,
-            "--max-streams" => {
-                let v = value("a number")?;
-                a.max_streams = v
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("--max-streams {v:?}: not a positive number"))?;
-            }
-            "--metrics-listen" => {
-                let v = value("an address like 127.0.0.1:9477")?;
-                a.metrics_listen = Some(v.parse().map_err(|e| format!("--metrics-listen {v:?}: {e}"))?);
-            }
-            "--control-group" => {
-                let g = value("a group name or id")?;
-                a.control_group = Some(group_id(&g).ok_or_else(|| format!("no group {g:?}"))?);
-            }
-            "--check-policy" => {
-                let rest: Vec<PathBuf> = args.by_ref().map(PathBuf::from).collect();
-                if rest.is_empty() {
-                    return Err("--check-policy needs at least one file or directory".into());
-                }
-                a.check = Some(rest);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+/// The command line (writebehindd-cli defines it), in the daemon's types.
+/// A bad argument exits with 2, --help and --version with 0.
+fn parse_args() -> Mode {
+    let a: cli::Args = writebehindd_cli::parse(env!("CARGO_PKG_VERSION"));
+    if let Some(paths) = a.check_policy {
+        return Mode::Check(paths);
     }
-    Ok(Some(a))
-}
-
-/// The policies of a run: the directory's files, then the --policy ones.
-/// Read at start and again at each reload.
-fn load_policies(dir: &Path, extra: &[PathBuf]) -> Result<PolicySet> {
-    let mut files = policies::dir_files(dir)?;
-    files.extend(extra.iter().cloned());
-    PolicySet::load(&files)
+    if a.restore {
+        return Mode::Restore;
+    }
+    let control_group = a.control_group.as_deref().map(|g| {
+        group_id(g).unwrap_or_else(|| {
+            cli::Args::command().error(ErrorKind::InvalidValue, format!("--control-group: no group {g:?}")).exit()
+        })
+    });
+    Mode::Run(daemon::Options {
+        policy_dir: a.policy_dir,
+        policy_files: a.policies,
+        control: a.control,
+        control_group,
+        metrics_listen: a.metrics_listen,
+        backend: match a.backend {
+            cli::Backend::Auto => loader::Backend::Auto,
+            cli::Backend::Fentry => loader::Backend::Fentry,
+            cli::Backend::Tracepoint => loader::Backend::Tracepoint,
+        },
+        lever: match a.pacing_lever {
+            cli::Lever::Auto => Lever::Auto,
+            cli::Lever::Bdi => Lever::Bdi,
+            cli::Lever::Global => Lever::Global,
+        },
+        max_streams: a.max_streams,
+    })
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(Some(a)) => a,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("writebehindd: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let options = match parse_args() {
+        Mode::Check(paths) => return check_policy(&paths),
+        Mode::Restore => None,
+        Mode::Run(options) => Some(options),
     };
-    if let Some(paths) = &args.check {
-        let mut files = Vec::new();
-        for p in paths {
-            if p.is_dir() {
-                files.extend(policies::dir_files(p).unwrap_or_default());
-            } else {
-                files.push(p.clone());
-            }
-        }
-        return match PolicySet::load(&files) {
-            Ok(set) => {
-                print!("{}", set.describe());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("writebehindd: {e:#}");
-                ExitCode::from(1)
-            }
-        };
-    }
     // Before anything reads or writes the journal, the knobs or the programs.
-    let Some(_instance) = claim(args.restore) else {
+    let Some(_instance) = claim(options.is_none()) else {
         return ExitCode::FAILURE;
     };
     tracing_subscriber::fmt()
@@ -193,22 +84,45 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
-    if args.restore {
+    let Some(options) = options else {
         restore();
         return ExitCode::SUCCESS;
-    }
-    let set = match load_policies(&args.dir, &args.files) {
+    };
+    let set = match daemon::load_policies(&options.policy_dir, &options.policy_files) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("writebehindd: policy: {e:#}");
             return ExitCode::from(2);
         }
     };
-    match run(set, args) {
+    match Daemon::new(set, options).and_then(Daemon::run) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("writebehindd: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// --check-policy: each file, or each directory's drop-ins, loaded as one
+/// set; the effective policy per match printed.
+fn check_policy(paths: &[std::path::PathBuf]) -> ExitCode {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            files.extend(policies::dir_files(p).unwrap_or_default());
+        } else {
+            files.push(p.clone());
+        }
+    }
+    match PolicySet::load(&files) {
+        Ok(set) => {
+            print!("{}", set.describe());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("writebehindd: {e:#}");
+            ExitCode::from(1)
         }
     }
 }
@@ -252,106 +166,4 @@ fn restore() {
         }
         sets => tracing::info!(sets, "limits a killed daemon left journaled: restored where it had set them"),
     }
-}
-
-fn run(set: PolicySet, args: Args) -> Result<()> {
-    // Signals first: a SIGTERM that arrives while the programs are being
-    // attached must stop the daemon cleanly (restoring what it changed),
-    // not kill it with the default action.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (mut term, mut int, mut hup) = {
-        let _in_runtime = rt.enter();
-        (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?, signal(SignalKind::hangup())?)
-    };
-    // A held file and a pidfd per stream, flush-time handles, clients.
-    let want = 2 * args.max_streams as u64 + 1024;
-    let nofile = writebehindd::sys::raise_nofile(want);
-    if nofile < want {
-        tracing::warn!(nofile, want, "RLIMIT_NOFILE is low: streams beyond it are left to the kernel");
-    }
-    // Before anything is attached: put back bdi limits a killed run left
-    // (as --restore does).
-    let pacer = Pacer::new(args.lever);
-    let root = set.root().clone();
-    let cfg = wb_config { dflt: root.to_bpf(), ..Default::default() };
-    let mut loaded = Loaded::load_and_attach(cfg, args.backend)?;
-    let events = loaded.take_events()?;
-    let (config, devices, cgroup_map) = loaded.take_tuning()?;
-    let shares = loaded.take_shares()?;
-    // Bound before "attached" is logged: whoever waits for that line (the
-    // tests, the bench) may connect at once.  The other way round, the
-    // bench's smoke run once found no socket there.
-    let (server, listener) = control::Server::bind(&args.control)?;
-    tracing::info!(
-        window = ?root.window, burst = root.burst.0, pacing = root.pacing, backend = %loaded.backend,
-        policies = %set.sources.join(", "), "attached; watching for streaming writers"
-    );
-    let mut cgroups = CgroupPolicies::new(set, config, cgroup_map);
-
-    let metrics_listener = match args.metrics_listen {
-        None => None,
-        Some(addr) => {
-            if !addr.ip().is_loopback() {
-                tracing::warn!(%addr, "metrics served beyond loopback: anyone who can reach it reads them");
-            }
-            let l = std::net::TcpListener::bind(addr).with_context(|| format!("--metrics-listen {addr}"))?;
-            l.set_nonblocking(true)?;
-            tracing::info!(%addr, "serving OpenMetrics at /metrics");
-            Some(l)
-        }
-    };
-    let counters = Arc::new(Counters::default());
-    let shared = Arc::new(Mutex::new(Shared { status: Default::default(), policies: cgroups.set().clone() }));
-    let (cmd_tx, cmd_rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut ctl = intake::Control {
-        shared: shared.clone(),
-        commands: cmd_rx,
-        counters: counters.clone(),
-        started: Instant::now(),
-        backend: loaded.backend.clone(),
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().into(),
-    };
-    let mut table = StreamTable::new(counters.clone(), Devices::new(root, Some(devices), pacer), args.max_streams);
-    rt.block_on(async {
-        let _server = server;
-        if let Some(l) = metrics_listener {
-            tokio::spawn(control::serve_metrics(l, shared.clone()));
-        }
-        tokio::spawn(control::serve(listener, shared, cmd_tx, args.control_group));
-        writebehindd::sys::notify("READY=1");
-        let reload = || match load_policies(&args.dir, &args.files) {
-            Ok(set) => Some(set),
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "policy reload rejected; the running policy stays");
-                None
-            }
-        };
-        let shutdown = async {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        };
-        intake::run(&loaded, events, &mut table, &mut cgroups, &shares, &mut hup, reload, &mut ctl, shutdown).await
-    })?;
-
-    table.shutdown();
-    tracing::info!(
-        events = Counters::get(&counters.events),
-        streams = Counters::get(&counters.streams_started),
-        spans_flushed = Counters::get(&counters.spans_flushed),
-        bytes_flushed = Counters::get(&counters.bytes_flushed),
-        closed_files_flushed = Counters::get(&counters.closed_files_flushed),
-        closed_files_left = Counters::get(&counters.closed_files_left),
-        closes_shed_late = Counters::get(&counters.closes_shed_late),
-        rb_drops = loaded.stat(wb_stat::WB_STAT_RB_DROPS),
-        untracked_map_full = loaded.stat(wb_stat::WB_STAT_MAP_FULL),
-        closes_shed = loaded.stat(wb_stat::WB_STAT_CLOSES_SHED),
-        left_self_synced = loaded.stat(wb_stat::WB_STAT_SELF_SYNCED),
-        untracked_user_share = loaded.stat(wb_stat::WB_STAT_USER_SHARE),
-        errors = ?counters.errors().into_iter().filter(|e| e.1 > 0).collect::<Vec<_>>(),
-        "stopping"
-    );
-    drop(loaded);
-    Ok(())
 }

@@ -1,5 +1,5 @@
-//! What the daemon reports about itself: one snapshot, refreshed by the
-//! intake task every second and read by the control socket.  The same
+//! What the daemon reports about itself: one snapshot, built by the intake
+//! loop when the control socket asks for it.  The same
 //! types are what `wbctl` decodes, so the protocol is defined once.
 
 use std::collections::BTreeMap;
@@ -81,15 +81,39 @@ impl StreamStatus {
     }
 }
 
-/// One request line.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One request line: the protocol version it speaks and its command, as
+/// `{"v":1,"cmd":"policy","pid":42}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
     pub v: u32,
-    pub cmd: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<String>,
+    #[serde(flatten)]
+    pub cmd: Command,
+}
+
+/// What a request asks, named by its `cmd` field; a command's arguments
+/// are fields beside it.  Fields a command does not take are ignored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "lowercase")]
+pub enum Command {
+    Status,
+    Streams,
+    Devices,
+    /// The effective policy of a cgroup (by its path), else of a process's
+    /// cgroup, else of the root.
+    Policy {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cgroup: Option<String>,
+    },
+    Metrics,
+    /// Re-read the policy files (root only).
+    Reload,
+}
+
+impl Command {
+    /// Every command's name on the wire, in the order refusals list them.
+    pub const NAMES: [&str; 6] = ["status", "streams", "devices", "policy", "metrics", "reload"];
 }
 
 /// One response line: `ok` with `data`, or not with `error`.
@@ -222,6 +246,25 @@ fn unsafe_to_show(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commands_keep_their_wire_form() {
+        let line = |cmd| serde_json::to_string(&Request { v: PROTOCOL, cmd }).unwrap();
+        assert_eq!(line(Command::Status), r#"{"v":1,"cmd":"status"}"#);
+        assert_eq!(line(Command::Policy { pid: None, cgroup: None }), r#"{"v":1,"cmd":"policy"}"#);
+        assert_eq!(line(Command::Policy { pid: Some(42), cgroup: None }), r#"{"v":1,"cmd":"policy","pid":42}"#);
+        assert_eq!(
+            line(Command::Policy { pid: None, cgroup: Some("/a".into()) }),
+            r#"{"v":1,"cmd":"policy","cgroup":"/a"}"#
+        );
+        for name in Command::NAMES {
+            let r: Request = serde_json::from_str(&format!(r#"{{"v":1,"cmd":"{name}"}}"#)).unwrap();
+            assert_eq!(line(r.cmd), format!(r#"{{"v":1,"cmd":"{name}"}}"#));
+        }
+        // As before: a field a command does not take is ignored.
+        let r: Request = serde_json::from_str(r#"{"v":1,"cmd":"status","pid":3,"x":[]}"#).unwrap();
+        assert_eq!(r.cmd, Command::Status);
+    }
 
     #[test]
     fn printable_escapes_what_a_terminal_would_act_on() {

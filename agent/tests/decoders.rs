@@ -9,8 +9,22 @@ use writebehindd::{
     abi::{EventKind, WB_NAME_LEN, WB_PATH_DEPTH, wb_event, wb_event_kind, wb_path_event},
     control::parse_request,
     policies::PolicySet,
-    status::{PROTOCOL, Request},
+    status::{Command, PROTOCOL, Request},
 };
+
+/// Any command, with any arguments.
+fn command() -> impl Strategy<Value = Command> {
+    let policy = (proptest::option::of(any::<u32>()), proptest::option::of("\\PC{0,30}"))
+        .prop_map(|(pid, cgroup)| Command::Policy { pid, cgroup });
+    prop_oneof![
+        Just(Command::Status),
+        Just(Command::Streams),
+        Just(Command::Devices),
+        Just(Command::Metrics),
+        Just(Command::Reload),
+        policy,
+    ]
+}
 
 fn config() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(4096);
@@ -117,13 +131,23 @@ proptest! {
 
     /// Any well-formed request decodes to itself; other versions are refused.
     #[test]
-    fn requests_round_trip(v in 0u32..4, cmd in "[a-z]{0,10}", pid in proptest::option::of(any::<u32>()),
-                           cgroup in proptest::option::of("\\PC{0,30}")) {
-        let r = Request { v, cmd, pid, cgroup };
+    fn requests_round_trip(v in 0u32..4, cmd in command()) {
+        let r = Request { v, cmd };
         let line = serde_json::to_string(&r).unwrap();
         match parse_request(&line) {
-            Ok(got) => prop_assert!(v == PROTOCOL && got.cmd == r.cmd && got.pid == r.pid && got.cgroup == r.cgroup),
+            Ok(got) => prop_assert!(v == PROTOCOL && got == r),
             Err(refusal) => prop_assert!(v != PROTOCOL && refusal.error.unwrap().contains("version")),
+        }
+    }
+
+    /// A command this daemon lacks is refused by its name.
+    #[test]
+    fn unknown_commands_are_refused(cmd in "[a-z]{0,10}") {
+        let line = serde_json::json!({ "v": PROTOCOL, "cmd": cmd }).to_string();
+        match parse_request(&line) {
+            Ok(got) => prop_assert!(Command::NAMES.contains(&cmd.as_str()) && serde_json::to_string(&got).unwrap() == line),
+            Err(refusal) => prop_assert!(!Command::NAMES.contains(&cmd.as_str())
+                && refusal.error.unwrap().starts_with("unknown command")),
         }
     }
 

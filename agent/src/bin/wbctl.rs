@@ -4,57 +4,19 @@
 use std::{
     io::{BufRead, BufReader, Write},
     os::unix::net::UnixStream,
-    path::PathBuf,
     process::ExitCode,
     time::Duration,
 };
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, ValueEnum};
 use writebehindd::status::{
-    DeviceStatus, PROTOCOL, Request, Response, SOCKET, Status, StreamStatus, acts_on_terminal, printable,
+    Command, DeviceStatus, PROTOCOL, Request, Response, Status, StreamStatus, acts_on_terminal, printable,
     printable_json,
 };
-
-#[derive(Parser)]
-#[command(name = "wbctl", version, about = "Query and control the writebehindd daemon")]
-struct Cli {
-    /// The daemon's control socket.
-    #[arg(long, global = true, default_value = SOCKET)]
-    socket: PathBuf,
-    /// Print the daemon's answer as JSON instead of a table.
-    #[arg(long, global = true)]
-    json: bool,
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Backend, kernel, policies, devices, streaming writers and counters.
-    Status,
-    /// Active streaming writers: pid, command, cgroup, files, bytes flushed, rate.
-    Streams,
-    /// Devices: bandwidth estimate, window, in flight, dirty, pacing.
-    Devices,
-    /// The effective policy of a process or a cgroup (default: the root's).
-    Policy {
-        #[arg(long, conflicts_with = "cgroup")]
-        pid: Option<u32>,
-        #[arg(long)]
-        cgroup: Option<String>,
-    },
-    /// Refresh `status` every second until interrupted.
-    Watch,
-    /// OpenMetrics text, for a Prometheus textfile collector.
-    Metrics,
-    /// Re-read the policy files (root only; like systemctl reload).
-    Reload,
-    /// Print a shell completion script.
-    Completions { shell: clap_complete::Shell },
-}
+use writebehindd_cli::wbctl::{Cli, Cmd};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = writebehindd_cli::parse(env!("CARGO_PKG_VERSION"));
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -66,20 +28,22 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<(), String> {
-    let (cmd, pid, cgroup) = match &cli.cmd {
+    let cmd = match &cli.cmd {
         Cmd::Completions { shell } => {
-            clap_complete::generate(*shell, &mut Cli::command(), "wbctl", &mut std::io::stdout());
+            let shell = clap_complete::Shell::from_str(shell, false)?;
+            let mut cmd = Cli::command().version(env!("CARGO_PKG_VERSION"));
+            clap_complete::generate(shell, &mut cmd, "wbctl", &mut std::io::stdout());
             return Ok(());
         }
         Cmd::Watch => return watch(cli),
-        Cmd::Status => ("status", None, None),
-        Cmd::Streams => ("streams", None, None),
-        Cmd::Devices => ("devices", None, None),
-        Cmd::Policy { pid, cgroup } => ("policy", *pid, cgroup.clone()),
-        Cmd::Metrics => ("metrics", None, None),
-        Cmd::Reload => ("reload", None, None),
+        Cmd::Status => Command::Status,
+        Cmd::Streams => Command::Streams,
+        Cmd::Devices => Command::Devices,
+        Cmd::Policy { pid, cgroup } => Command::Policy { pid: *pid, cgroup: cgroup.clone() },
+        Cmd::Metrics => Command::Metrics,
+        Cmd::Reload => Command::Reload,
     };
-    let data = ask(cli, &Request { v: PROTOCOL, cmd: cmd.into(), pid, cgroup })?;
+    let data = ask(cli, &Request { v: PROTOCOL, cmd })?;
     if cli.json {
         println!("{}", printable_json(&serde_json::to_string_pretty(&data).unwrap_or_default()));
         return Ok(());
@@ -142,7 +106,7 @@ fn ask(cli: &Cli, req: &Request) -> Result<serde_json::Value, String> {
 fn watch(cli: &Cli) -> Result<(), String> {
     let mut history: std::collections::HashMap<String, Vec<u64>> = Default::default();
     loop {
-        let data = ask(cli, &Request { v: PROTOCOL, cmd: "status".into(), pid: None, cgroup: None })?;
+        let data = ask(cli, &Request { v: PROTOCOL, cmd: Command::Status })?;
         let s: Status = serde_json::from_value(data).map_err(|e| e.to_string())?;
         print!("\x1b[H\x1b[2J{}", status_text(&s));
         println!("\ndirty per device, last 60 s:");

@@ -27,14 +27,11 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
 
+pub use self::{decide::SMALL_FILES, shared::DeviceShared};
 use self::{
     decide::{Action, Figures, Inputs, PacerView, Pushed, ReleaseWhy},
     device::Device,
     probe::{compress_grain, max_request, sb_dev_name},
-};
-pub use self::{
-    decide::{OUTRUN, SMALL_FILES},
-    shared::{DeviceShared, Waiting},
 };
 use crate::{
     abi::{wb_device, wb_event},

@@ -18,4 +18,4 @@ mod rounds;
 mod submitter;
 
 pub use job::{Batch, Flush, StreamFile, Target};
-pub use pool::{Flushers, USER_DEVICE_THREADS};
+pub use pool::Flushers;

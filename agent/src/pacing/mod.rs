@@ -46,18 +46,6 @@ pub enum Lever {
     Global,
 }
 
-impl std::str::FromStr for Lever {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "bdi" => Ok(Self::Bdi),
-            "global" => Ok(Self::Global),
-            _ => Err(format!("pacing lever {s:?}: auto, bdi or global")),
-        }
-    }
-}
-
 pub struct Pacer {
     choice: Lever,
     global: Global,
@@ -185,12 +173,6 @@ impl Pacer {
             self.release(&bdi);
         }
         self.global.release_all();
-    }
-}
-
-impl Default for Pacer {
-    fn default() -> Self {
-        Self::new(Lever::Auto)
     }
 }
 
