@@ -1,21 +1,29 @@
 //! The agent's table of active streams: which file each streaming writer is
 //! filling, the read-only handle the agent holds on it, and its totals.
-//! Owned by the intake task alone, so it needs no lock.
+//! Owned by the intake task alone, so it needs no lock.  What it keeps of
+//! each stream and writer is in `records`; how many streams one user may
+//! hold, in `room`.
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{HashMap, HashSet},
     sync::Arc,
     time::{Duration, Instant},
 };
 
+mod records;
+mod room;
+
+use self::{
+    records::{Left, Pending, Stream, StreamKey, Writer, closed_file},
+    room::room,
+};
 use crate::{
     abi::{EventKind, RelPath, wb_event},
-    admission::{self, FLUSH_MEMORY, FlushMemory},
-    bandwidth::{self, Active, Rate},
+    admission::{FLUSH_MEMORY, FlushMemory},
+    bandwidth::{Active, Rate},
     counters::{Counters, ErrorKind},
     devices::{DeviceShared, Devices},
     flusher::{Batch, Flush, Flushers, StreamFile, Target},
-    handles::ClosedFile,
     status::printable,
     sys::{self, FileId},
 };
@@ -30,7 +38,7 @@ pub const BATCH_AGE: Duration = Duration::from_millis(100);
 /// dirty_expire after the writer ends.
 const LEFT_FILES: usize = 4096;
 /// However slow its windows, a stream stops counting as writing after this.
-const IDLE_MAX: Duration = Duration::from_secs(30);
+pub(super) const IDLE_MAX: Duration = Duration::from_secs(30);
 /// A multi-file writer with no closed file for this long is reported ended
 /// (at once when its process has exited).
 const WRITER_IDLE: Duration = Duration::from_secs(5);
@@ -44,94 +52,6 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 /// the writer's pidfd (main raises RLIMIT_NOFILE above twice this).  Beyond
 /// it new streams are left to the kernel, counted as over_cap.
 pub const MAX_HELD: usize = 8192;
-
-/// A stream is one process writing one file.  Not keyed by descriptor: the
-/// fentry backend reports closes after the fd left the table (fd -1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct StreamKey {
-    tgid: u32,
-    file: FileId,
-}
-
-struct Stream {
-    /// Unique among this daemon's streams: its turn in the flusher's rounds.
-    id: u64,
-    file: Arc<StreamFile>,
-    /// The writer's descriptor at its latest window (it may dup and close).
-    fd: i32,
-    /// The owner whose share of the streams it takes (BPF's current_owner:
-    /// the writer's real uid, or whoever made its user namespace).
-    user: u32,
-    comm: String,
-    bdi: String,
-    started: Instant,
-    bytes: u64,
-    spans: u64,
-    last_span: Instant,
-    /// Between its latest two windows: a slow stream is not idle sooner.
-    gap: Duration,
-    /// Its latest window's bytes: written in `gap`, its rate.
-    last_bytes: u64,
-}
-
-impl Stream {
-    /// Whether it still counts as writing: it had a window within `quiet`,
-    /// or within twice its own pace for a slow stream (up to IDLE_MAX), so
-    /// that slow downloads do not flap the device's pacing at every window.
-    fn writing(&self, now: Instant, quiet: Duration) -> bool {
-        now - self.last_span < quiet.max((2 * self.gap).min(IDLE_MAX))
-    }
-
-    /// Whether it counts for pacing its device (of bandwidth `bw`): still
-    /// writing, at a meaningful rate (its first window always is), or on a
-    /// device all of whose writers together dirty at one.
-    fn counts(&self, now: Instant, quiet: Duration, bw: u64, device_busy: bool) -> bool {
-        self.writing(now, quiet) && (device_busy || bandwidth::meaningful(self.last_bytes, self.gap, bw))
-    }
-}
-
-/// Closed files of one writer waiting to be submitted together.
-struct Pending {
-    batch: Batch,
-    bytes: u64,
-    since: Instant,
-}
-
-/// The latest closed files of one writer left to the kernel's flusher on a
-/// paced device, up to the device's budget: all that can still be dirty.
-/// Flushed when the writer ends: once the device is released its pages are
-/// below every threshold, and the kernel would leave them for
-/// dirty_expire (30 s) — a stick would look done long before it is.
-#[derive(Default)]
-struct Left {
-    flushes: VecDeque<Flush>,
-    bytes: u64,
-}
-
-impl Left {
-    fn batch(self, pid: u32) -> Batch {
-        Batch { owner: pid as u64, flushes: self.flushes.into() }
-    }
-}
-
-/// A process whose closed files are being flushed (tar x, cp -r, rsync), or
-/// whose windows are reached by handle (mmap stores, io_uring): `files`
-/// counts both.
-struct Writer {
-    comm: String,
-    bdi: String,
-    files: u64,
-    bytes: u64,
-    started: Instant,
-    last: Instant,
-    /// What its closed files (and windows reached by handle) add up to
-    /// lately: it counts for pacing only while that is meaningful.
-    rate: Rate,
-    /// Some of its files are reached by handle a window at a time (mmap,
-    /// io_uring): those windows are the agent's to flush, and need room in
-    /// the device's budget.
-    windowed: bool,
-}
 
 pub struct StreamTable {
     streams: HashMap<StreamKey, Stream>,
@@ -151,35 +71,6 @@ pub struct StreamTable {
     /// What waiting flushes hold, in all of `pending`, `left` and the
     /// devices' queues.
     memory: FlushMemory,
-}
-
-/// What names the event's inode for good, to open it by handle (or, on a
-/// filesystem without handles, by the path a close reported).
-fn closed_file(key: StreamKey, ev: &wb_event, path: Option<RelPath>) -> ClosedFile {
-    ClosedFile {
-        sb_dev: crate::abi::kernel_dev_to_user(ev.sb_dev),
-        st_dev: key.file.dev,
-        ino: key.file.ino,
-        generation: ev.generation,
-        fs_root: ev.fs_root,
-        fs_magic: ev.fs_magic,
-        path,
-    }
-}
-
-/// Whether one more stream fits for a user holding `mine` of the `held`:
-/// at most `max_held` in all, and one user's at most half of what the other
-/// users leave (admission::fits), so that no user, nor two together, can
-/// take every slot (and with it every other user's write-behind).  The
-/// first stream always fits, so that `--max-streams 1` still holds one.
-fn room(held: usize, mine: usize, max_held: usize) -> Result<(), &'static str> {
-    if held >= max_held {
-        return Err("too many streams");
-    }
-    if held > 0 && !admission::fits(mine, held - mine, 1, max_held) {
-        return Err("one user holds its share of the streams");
-    }
-    Ok(())
 }
 
 impl StreamTable {
@@ -618,42 +509,5 @@ impl StreamTable {
     /// Errors of kind `kind` are counted by the caller (ring-buffer decode).
     pub fn error(&self, kind: ErrorKind) {
         self.counters.error(kind);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Streams started one after another, each by the first user of `users`
-    /// it fits for: how many each got.
-    fn fill(users: usize, max_held: usize) -> Vec<usize> {
-        let mut held = vec![0; users];
-        while let Some(u) = (0..users).find(|&u| room(held.iter().sum(), held[u], max_held).is_ok()) {
-            held[u] += 1;
-        }
-        held
-    }
-
-    #[test]
-    fn one_user_gets_half_of_what_the_others_leave_of_the_streams() {
-        assert_eq!(fill(1, MAX_HELD), vec![MAX_HELD / 2], "a user alone: half");
-        assert_eq!(fill(2, MAX_HELD), vec![MAX_HELD / 2, MAX_HELD / 4], "a second: a quarter");
-        // --max-streams 8 (hardening's): 4, 2, 1, and the last slot for nobody.
-        assert_eq!(fill(5, 8), vec![4, 2, 1, 0, 0]);
-        assert_eq!(room(7, 0, 8), Err("one user holds its share of the streams"));
-        assert_eq!(room(8, 0, 8), Err("too many streams"));
-        assert_eq!(fill(2, 1), vec![1, 0], "a cap of one: the first stream still fits");
-        assert_eq!(fill(2, 2), vec![1, 0]);
-        assert_eq!(fill(2, 0), vec![0, 0]);
-        // room_for counts a user's streams only where a user holding all of
-        // them would not fit: one that fits with more fits with fewer.
-        assert!(room(MAX_HELD / 2 - 1, MAX_HELD / 2 - 1, MAX_HELD).is_ok());
-        assert!(room(MAX_HELD / 2, MAX_HELD / 2, MAX_HELD).is_err());
-        for held in 0..=20 {
-            for mine in 1..=held {
-                assert!(room(held, mine, 20).is_err() || room(held, mine - 1, 20).is_ok(), "{held} held, {mine} mine");
-            }
-        }
     }
 }
