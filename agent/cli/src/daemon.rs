@@ -22,7 +22,9 @@ pub const MAX_STREAMS: usize = 8192;
                       writebehindd --check-policy PATH...\n       \
                       writebehindd --restore",
     after_help = "Policies: policies/README.md and the embedded default, policies/default.toml.\n\
-                  Log level: RUST_LOG (default info)."
+                  Log level: RUST_LOG (default info).",
+    // As the hand-written parser did: an option given again replaces it.
+    args_override_self = true
 )]
 pub struct Args {
     /// Policy drop-ins, *.toml in name order.
@@ -100,6 +102,15 @@ mod tests {
     #[test]
     fn the_definition_is_consistent() {
         Args::command().debug_assert();
+    }
+
+    #[test]
+    fn an_option_given_again_replaces_it_and_policies_add_up() {
+        let a = parse(&["--backend", "fentry", "--backend", "tracepoint", "--restore", "--restore"]).unwrap();
+        assert_eq!(a.backend, Backend::Tracepoint);
+        assert!(a.restore);
+        let a = parse(&["--policy", "a.toml", "--policy", "b.toml"]).unwrap();
+        assert_eq!(a.policies, [PathBuf::from("a.toml"), PathBuf::from("b.toml")]);
     }
 
     #[test]
