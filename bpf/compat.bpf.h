@@ -48,6 +48,7 @@
 #define __O_SYNC	04000000
 #define S_IFMT		00170000
 #define S_IFREG		0100000
+#define S_IFBLK		0060000
 #define BTRFS_SUPER_MAGIC 0x9123683E
 #define BDI_CAP_WRITEBACK 0x1	/* include/linux/backing-dev.h */
 

@@ -20,12 +20,38 @@ static __always_inline struct btrfs_inode *btrfs_inode_of(struct inode *inode, _
 	return (void *)inode - bpf_core_field_offset(struct btrfs_inode, vfs_inode);
 }
 
-/* Everything an event says of the writer, the file and its device. */
-static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct inode *inode, __s32 fd,
-				       __u64 ino, __u64 start, __u64 end)
+/* 5.10-5.14 keep a block device's bdi in the device, not in its disk. */
+struct block_device___old {
+	struct backing_dev_info *bd_bdi;
+} __attribute__((preserve_access_index));
+
+/* The bdi of the disk whose block device `file` is open on: the file's
+ * mapping is the device's own page cache, whose host is the inode inside
+ * the device's struct bdev_inode.  NULL if this kernel lays it out
+ * otherwise. */
+static __always_inline struct backing_dev_info *blkdev_bdi(struct file *file)
+{
+	struct inode *host = BPF_CORE_READ(file, f_mapping, host);
+	struct block_device *bdev;
+
+	if (!host || !bpf_core_type_exists(struct bdev_inode))
+		return NULL;
+	bdev = (void *)host - bpf_core_field_offset(struct bdev_inode, vfs_inode) +
+	       bpf_core_field_offset(struct bdev_inode, bdev);
+	if (bpf_core_field_exists(struct gendisk, bdi))
+		return BPF_CORE_READ(bdev, bd_disk, bdi);
+	return BPF_CORE_READ((struct block_device___old *)bdev, bd_bdi);
+}
+
+/* Everything an event says of the writer, the file and its device.  `file`
+ * (NULL where only the inode is known) names a block device's node's open
+ * file: the device is then its disk's (WB_BLOCK_DEVICE_MAGIC). */
+static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct inode *inode, struct file *file,
+				       __s32 fd, __u64 ino, __u64 start, __u64 end)
 {
 	struct backing_dev_info *bdi;
 	struct btrfs_inode *bi;
+	bool blk = file && (BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFBLK;
 
 	e->kind = kind;
 	e->tgid = bpf_get_current_pid_tgid() >> 32;
@@ -44,7 +70,17 @@ static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct in
 	e->end = end;
 	e->ts_ns = bpf_ktime_get_ns();
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	bdi = BPF_CORE_READ(inode, i_sb, s_bdi);
+	if (blk) {
+		e->fs_magic = WB_BLOCK_DEVICE_MAGIC;
+		e->sb_dev = e->st_dev = BPF_CORE_READ(inode, i_rdev);
+		e->fs_root = 0;
+		bdi = blkdev_bdi(file);
+	} else {
+		bdi = BPF_CORE_READ(inode, i_sb, s_bdi);
+	}
+	/* A reserved record is not zeroed: an unread name must not be the
+	 * previous record's. */
+	e->bdi[0] = 0;
 	bpf_probe_read_kernel_str(e->bdi, sizeof(e->bdi), bdi->dev_name);
 	e->bdi_bw_pages = BPF_CORE_READ(bdi, wb.avg_write_bandwidth);
 	e->bdi_dirty_pages = BPF_CORE_READ(bdi, wb.stat[0].count) +	/* WB_RECLAIMABLE */
@@ -82,7 +118,7 @@ static __always_inline __u64 wakeup(bool batched)
 
 /* An event about inode; fd -1 when the writer's descriptor is not known
  * (the agent then reaches the inode by handle). */
-static __always_inline void emit_inode(__u32 kind, struct inode *inode, __s32 fd,
+static __always_inline void emit_inode(__u32 kind, struct inode *inode, struct file *file, __s32 fd,
 				       __u64 ino, __u64 start, __u64 end, bool batched)
 {
 	struct wb_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -91,7 +127,7 @@ static __always_inline void emit_inode(__u32 kind, struct inode *inode, __s32 fd
 		stat_inc(WB_STAT_RB_DROPS);
 		return;
 	}
-	fill_event(e, kind, inode, fd, ino, start, end);
+	fill_event(e, kind, inode, file, fd, ino, start, end);
 	bpf_ringbuf_submit(e, wakeup(batched));
 }
 
@@ -102,7 +138,7 @@ static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
 {
 	if (fd < 0 && kind == WB_EV_SPAN)
 		fd = current_fd_of(file);
-	emit_inode(kind, BPF_CORE_READ(file, f_inode), fd, ino, start, end, batched);
+	emit_inode(kind, BPF_CORE_READ(file, f_inode), file, fd, ino, start, end, batched);
 }
 
 /* The names from file's dentry up to the root of the mount it was opened
@@ -175,7 +211,7 @@ static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, _
 		emit(WB_EV_CLOSE, file, fd, ino, start, end, batched);
 		return;
 	}
-	fill_event(&pe->ev, WB_EV_CLOSE_PATH, BPF_CORE_READ(file, f_inode), fd, ino, start, end);
+	fill_event(&pe->ev, WB_EV_CLOSE_PATH, BPF_CORE_READ(file, f_inode), file, fd, ino, start, end);
 	bpf_ringbuf_submit(pe, wakeup(batched));
 }
 

@@ -102,17 +102,23 @@ struct file_facts {
 	struct super_block *sb;
 	__u64 ino;
 	__u64 f_pos;
+	/* A block device's own number (kernel encoding), 0 for a file: its
+	 * stream's device is then its superblock's. */
+	__u32 blk_dev;
 };
 
 /*
  * What write-behind may act on, filling `facts`.  Excluded: by the inode
  * (inode_eligible), anything but a regular file, and files on a bdi without
- * writeback (tmpfs, ramfs: nothing to write back to); by the open file
+ * writeback (tmpfs, ramfs: nothing to write back to), but for a write
+ * syscall's block device node (`blk_ok`: dd of=/dev/sdb, whose last close
+ * writes the whole device back; never a page dirtied outside a write, which
+ * on a block device is a mounted filesystem's metadata); by the open file
  * (file_writable), O_DIRECT, O_SYNC/O_DSYNC and POSIX_FADV_RANDOM (those
  * writers manage their own writeback).  A page dirtied through a mapping or
  * io_uring has no file at hand: only its inode is checked.
  */
-static __always_inline bool inode_eligible(struct inode *inode, struct file_facts *facts)
+static __always_inline bool inode_eligible(struct inode *inode, struct file_facts *facts, bool blk_ok)
 {
 	struct super_block *sb;
 	char iblk[72];
@@ -122,6 +128,13 @@ static __always_inline bool inode_eligible(struct inode *inode, struct file_fact
 	if (bpf_probe_read_kernel(iblk, sizeof(iblk), inode))
 		return false;
 	imode = BLK_FIELD(iblk, inode, struct inode, i_mode);
+	if ((imode & S_IFMT) == S_IFBLK && blk_ok) {
+		/* Every disk's bdi writes back. */
+		facts->ino = BLK_FIELD(iblk, inode, struct inode, i_ino);
+		facts->sb = BLK_FIELD(iblk, inode, struct inode, i_sb);
+		facts->blk_dev = BLK_FIELD(iblk, inode, struct inode, i_rdev);
+		return facts->blk_dev != 0;
+	}
 	if ((imode & S_IFMT) != S_IFREG)
 		return false;
 	facts->ino = BLK_FIELD(iblk, inode, struct inode, i_ino);

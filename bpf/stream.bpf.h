@@ -62,7 +62,7 @@ static __always_inline void stream_advance(__u64 key, struct wb_file_stream *s, 
 			.mark = start,
 			.pos = end,
 			.tgid = tgid,
-			.sb_dev = BPF_CORE_READ(sb, s_dev),
+			.sb_dev = facts->blk_dev ?: BPF_CORE_READ(sb, s_dev),
 		};
 
 		/* A stream of a writer whose policy is off is kept too, with
@@ -145,7 +145,7 @@ static __always_inline void stream_advance(__u64 key, struct wb_file_stream *s, 
 	if (file)
 		emit(WB_EV_SPAN, file, fd, facts->ino, s->head, end, false);
 	else
-		emit_inode(WB_EV_SPAN, facts->inode, -1, facts->ino, s->head, end, false);
+		emit_inode(WB_EV_SPAN, facts->inode, NULL, -1, facts->ino, s->head, end, false);
 	s->head = end;
 	s->spans++;
 }
@@ -169,7 +169,7 @@ static __always_inline void stream_write(struct file *file, __s32 fd, __s64 pos,
 	 * refuses its spans, and the LRU ages it out. */
 	if (s && s->inode == (__u64)facts.inode)
 		facts.ino = s->ino;
-	else if (!inode_eligible(facts.inode, &facts))
+	else if (!inode_eligible(facts.inode, &facts, true))
 		return;
 	end = pos < 0 ? facts.f_pos : pos + len;
 	stream_advance(key, s, &facts, end - len, end, file, fd);
@@ -197,7 +197,7 @@ static __always_inline void stream_dirtied(struct address_space *mapping, __u64 
 	struct wb_file_stream *s;
 	struct inode *host = BPF_CORE_READ(mapping, host);
 
-	if (!BPF_CORE_READ(host, i_fop, write_iter) || !inode_eligible(host, &facts))
+	if (!BPF_CORE_READ(host, i_fop, write_iter) || !inode_eligible(host, &facts, false))
 		return;
 	s = bpf_map_lookup_elem(&streams, &key);
 	stream_advance(key, s, &facts, start, start + 4096, NULL, -1);

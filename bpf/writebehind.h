@@ -81,6 +81,14 @@ struct wb_path_event {
 	char names[WB_PATH_DEPTH][WB_NAME_LEN];
 };
 
+/* wb_event.fs_magic of a block device written through its node (dd
+ * of=/dev/sdb): its pages are the device's own page cache, on its disk's
+ * bdi.  Then st_dev and sb_dev are the device's own number (a partition's
+ * too), bdi its disk's, and ino and generation the node's, which the agent
+ * never opens: the device is paced, its writer's file is not reached
+ * (BDEVFS_MAGIC, the kernel's block-device pseudo-filesystem). */
+#define WB_BLOCK_DEVICE_MAGIC 0x62646576
+
 /* Policy modes (the 2019 patch's vm.dirty_write_behind values). */
 enum wb_mode {
 	WB_MODE_OFF = 0,        /* leave this writer to the kernel */
