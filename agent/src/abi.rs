@@ -95,6 +95,13 @@ impl wb_event {
         Some((EventKind::Close, pe.ev, rel_path(&pe.names)))
     }
 
+    /// Whether it names a block device written through its node (its
+    /// disk's bdi, its own number as st_dev and sb_dev): a device the agent
+    /// paces and never opens.
+    pub fn block_device(&self) -> bool {
+        self.fs_magic == WB_BLOCK_DEVICE_MAGIC
+    }
+
     pub fn comm(&self) -> String {
         c_string(&self.comm)
     }

@@ -62,6 +62,15 @@ impl Backing {
         }
     }
 
+    /// Of a block device written through its node (its disk's bdi `bdi`):
+    /// no superblock to look up, only whether a user's file backs it.
+    pub fn of_block_device(bdi: &str) -> Self {
+        match loop_owner(bdi) {
+            Some(user) if user != 0 => Self::UserLoop { user },
+            _ => Self::Disk,
+        }
+    }
+
     /// Whether a user, not the administrator, sets the device's speed.
     pub fn user_made(self) -> bool {
         match self {

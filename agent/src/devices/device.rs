@@ -15,6 +15,9 @@ pub(super) struct Device {
     pub(super) shared: Arc<DeviceShared>,
     /// Superblocks on this device (btrfs: one bdi, several may appear).
     pub(super) sb_devs: HashSet<u32>,
+    /// Of those, block devices written through their node while a
+    /// filesystem was mounted on them: left to that filesystem's writers.
+    pub(super) mounted_nodes: HashSet<u32>,
     /// One maximal request of the device, the floor of its window (and
     /// of its chunk); at least the grain.
     pub(super) max_request: u64,

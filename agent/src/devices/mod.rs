@@ -131,6 +131,7 @@ impl Devices {
                     waiting: Mutex::new(None),
                 }),
                 sb_devs: HashSet::new(),
+                mounted_nodes: HashSet::new(),
                 max_request,
                 knobs: self.pacer.available(&bdi),
                 own_limit: self.pacer.lever(&bdi) == Some(crate::pacing::Lever::Bdi),
@@ -153,7 +154,14 @@ impl Devices {
             // Each superblock of the device is looked at once: one a user
             // made (a FUSE mount on a shared anonymous bdi cannot be, but
             // a loop device may carry several) makes the whole bdi theirs.
-            let backing = Backing::of(&bdi, &sb_dev, &mounts);
+            let backing = if ev.block_device() {
+                if mounts.iter().any(|m| m.dev == sb_dev) {
+                    dev.mounted_nodes.insert(ev.sb_dev);
+                }
+                Backing::of_block_device(&bdi)
+            } else {
+                Backing::of(&bdi, &sb_dev, &mounts)
+            };
             if backing.user_made() || dev.sb_devs.len() == 1 {
                 if backing.user_made() && !dev.shared.user_made() {
                     tracing::info!(
@@ -208,6 +216,13 @@ impl Devices {
     /// A device an event was noted for, unless forgotten since (idle).
     pub fn device(&self, bdi: &str) -> Option<Arc<DeviceShared>> {
         self.devs.get(bdi).map(|d| d.shared.clone())
+    }
+
+    /// Whether the block device `sb_dev` (on disk `bdi`) had a filesystem
+    /// mounted when it was first written through its node: its writes are
+    /// then that filesystem's business.
+    pub fn mounted_node(&self, bdi: &str, sb_dev: u32) -> bool {
+        self.devs.get(bdi).is_some_and(|d| d.mounted_nodes.contains(&sb_dev))
     }
 
     /// The device's bandwidth estimate (0 for a device never seen).

@@ -124,10 +124,39 @@ impl StreamTable {
             "event"
         );
         let key = StreamKey { tgid: ev.tgid, file: FileId { dev: ev.st_dev(), ino: ev.ino } };
+        if ev.block_device() {
+            return self.block_device(kind, key, ev);
+        }
         match kind {
             EventKind::Span => self.span(key, ev),
             EventKind::Close => self.close(key, ev, path),
         }
+    }
+
+    /// A writer of a block device through its node (`dd of=/dev/sdb`): its
+    /// disk is paced like a streaming writer's, and nothing of the writer
+    /// is reached.  The device's last close writes it back, so holding the
+    /// writer's open file (pidfd_getfd) to start its windows would make the
+    /// agent's close the last one, and the writer's close() would return
+    /// before its data were on the device; nor is the node opened, which
+    /// runs its driver and holds the device.  Under its cap the kernel's
+    /// flusher writes it behind the writer, and the writer's own close
+    /// waits for what the cap holds.  Left alone: a device a filesystem is
+    /// mounted on, whose writers are served as files.
+    fn block_device(&mut self, kind: EventKind, key: StreamKey, ev: &wb_event) {
+        let bdi = ev.bdi();
+        if bdi.is_empty() {
+            return;
+        }
+        self.devices.note(ev);
+        if kind == EventKind::Close || self.devices.mounted_node(&bdi, ev.sb_dev) {
+            return;
+        }
+        let now = Instant::now();
+        let bytes = ev.end - ev.start;
+        self.note_writer(key.tgid, ev, bytes, now);
+        let device_busy = self.devices.dirtied(&bdi, bytes, now);
+        self.writer_busy(key.tgid, device_busy);
     }
 
     /// A close the intake reached late, behind a flood (intake.rs,
@@ -308,9 +337,27 @@ impl StreamTable {
 
     fn note_writer(&mut self, tgid: u32, ev: &wb_event, bytes: u64, now: Instant) -> &mut Writer {
         let w = self.writers.entry(tgid).or_insert_with(|| {
-            tracing::info!(pid = tgid, comm = %printable(&ev.comm()), bdi = %ev.bdi(), "multi-file writer started");
-            let (comm, bdi) = (ev.comm(), ev.bdi());
-            Writer { comm, bdi, files: 0, bytes: 0, started: now, last: now, rate: Rate::new(now), windowed: false }
+            let (comm, bdi, block_device) = (ev.comm(), ev.bdi(), ev.block_device());
+            let w = Writer {
+                comm,
+                bdi,
+                files: 0,
+                bytes: 0,
+                started: now,
+                last: now,
+                rate: Rate::new(now),
+                windowed: false,
+                block_device,
+            };
+            let (pid, comm) = (tgid, printable(&w.comm));
+            if block_device {
+                let dev = crate::abi::kernel_dev_to_user(ev.sb_dev);
+                let dev = format!("{}:{}", libc::major(dev), libc::minor(dev));
+                tracing::info!(pid, %comm, dev, bdi = %w.bdi, "block-device writer started");
+            } else {
+                tracing::info!(pid, %comm, bdi = %w.bdi, "multi-file writer started");
+            }
+            w
         });
         w.files += 1;
         w.bytes += bytes;
@@ -355,7 +402,7 @@ impl StreamTable {
             };
             tracing::info!(
                 pid, comm = %printable(&w.comm), files = w.files, bytes = w.bytes,
-                secs = format!("{:.1}", (w.last - w.started).as_secs_f64()), why, "multi-file writer ended"
+                secs = format!("{:.1}", (w.last - w.started).as_secs_f64()), why, "{} writer ended", w.kind()
             );
             ended.push(*pid);
             false
@@ -473,7 +520,7 @@ impl StreamTable {
                 pid: *pid,
                 comm: w.comm.clone(),
                 cgroup: cgroup(*pid),
-                kind: "multi-file".into(),
+                kind: w.kind().into(),
                 bdi: w.bdi.clone(),
                 files: w.files,
                 bytes_flushed: w.bytes,

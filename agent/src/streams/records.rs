@@ -103,6 +103,16 @@ pub(super) struct Writer {
     /// io_uring): those windows are the agent's to flush, and need room in
     /// the device's budget.
     pub(super) windowed: bool,
+    /// It writes a block device through its node: nothing of it is
+    /// reached, its device is paced (StreamTable::block_device).
+    pub(super) block_device: bool,
+}
+
+impl Writer {
+    /// What `wbctl streams` and the journal call it.
+    pub(super) fn kind(&self) -> &'static str {
+        if self.block_device { "block-device" } else { "multi-file" }
+    }
 }
 
 /// What names the event's inode for good, to open it by handle (or, on a
