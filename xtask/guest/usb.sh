@@ -292,6 +292,9 @@ usb_image() {
     bdi=$(basename "$(readlink /sys/block/$disk/bdi)")
     if [ "$mode" = default ]; then systemctl stop writebehindd; else systemctl start writebehindd; fi
     sync
+    # udev's probe after the last close (or mkfs) may hold the device: this
+    # shell's close must be its last.
+    udevadm settle
     read -r _ _ _ _ _ _ before _ </sys/block/$disk/stat
     peaks $peak_file "$bdi" - &
     sampler=$!

@@ -3,7 +3,11 @@
 //! last told, its writers' latest times, whether it is fast and how it is
 //! capped, and what its writers dirtied lately together (its rate).
 
-use std::{collections::HashSet, sync::Arc, time::Instant};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Instant,
+};
 
 use super::{
     decide::{self, DeviceView, Pushed},
@@ -15,9 +19,11 @@ pub(super) struct Device {
     pub(super) shared: Arc<DeviceShared>,
     /// Superblocks on this device (btrfs: one bdi, several may appear).
     pub(super) sb_devs: HashSet<u32>,
-    /// Of those, block devices written through their node while a
-    /// filesystem was mounted on them: left to that filesystem's writers.
-    pub(super) mounted_nodes: HashSet<u32>,
+    /// Block devices on it written through their node, and whether a
+    /// filesystem was mounted on them when first seen so (left to that
+    /// filesystem's writers).  Apart from `sb_devs`: a filesystem on the
+    /// device has the device's own number, and its files may come first.
+    pub(super) nodes: HashMap<u32, bool>,
     /// One maximal request of the device, the floor of its window (and
     /// of its chunk); at least the grain.
     pub(super) max_request: u64,

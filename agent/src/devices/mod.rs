@@ -109,7 +109,9 @@ impl Devices {
         // Read once for a superblock not seen before (its grain, its
         // backing), and not at all for the events after.
         let new_sb = self.devs.get(&bdi).is_none_or(|d| !d.sb_devs.contains(&ev.sb_dev));
-        let (mounts, sb_dev) = if new_sb { (crate::sys::mounts(), sb_dev_name(ev.sb_dev)) } else { Default::default() };
+        let new_node = ev.block_device() && self.devs.get(&bdi).is_none_or(|d| !d.nodes.contains_key(&ev.sb_dev));
+        let (mounts, sb_dev) =
+            if new_sb || new_node { (crate::sys::mounts(), sb_dev_name(ev.sb_dev)) } else { Default::default() };
         let dev = self.devs.entry(bdi.clone()).or_insert_with(|| {
             let grain = compress_grain(&sb_dev, &mounts);
             let max_request = max_request(&bdi).max(grain);
@@ -131,7 +133,7 @@ impl Devices {
                     waiting: Mutex::new(None),
                 }),
                 sb_devs: HashSet::new(),
-                mounted_nodes: HashSet::new(),
+                nodes: HashMap::new(),
                 max_request,
                 knobs: self.pacer.available(&bdi),
                 own_limit: self.pacer.lever(&bdi) == Some(crate::pacing::Lever::Bdi),
@@ -148,20 +150,17 @@ impl Devices {
             }
         });
         dev.last_event = Instant::now();
+        if new_node {
+            dev.nodes.insert(ev.sb_dev, mounts.iter().any(|m| m.dev == sb_dev));
+        }
         dev.shared.est.lock().unwrap().kernel(ev.bdi_bw_pages * self.page_size);
         dev.dirty = (ev.bdi_dirty_pages as i64).max(0) as u64 * self.page_size;
         if dev.sb_devs.insert(ev.sb_dev) {
             // Each superblock of the device is looked at once: one a user
             // made (a FUSE mount on a shared anonymous bdi cannot be, but
             // a loop device may carry several) makes the whole bdi theirs.
-            let backing = if ev.block_device() {
-                if mounts.iter().any(|m| m.dev == sb_dev) {
-                    dev.mounted_nodes.insert(ev.sb_dev);
-                }
-                Backing::of_block_device(&bdi)
-            } else {
-                Backing::of(&bdi, &sb_dev, &mounts)
-            };
+            let backing =
+                if ev.block_device() { Backing::of_block_device(&bdi) } else { Backing::of(&bdi, &sb_dev, &mounts) };
             if backing.user_made() || dev.sb_devs.len() == 1 {
                 if backing.user_made() && !dev.shared.user_made() {
                     tracing::info!(
@@ -222,7 +221,7 @@ impl Devices {
     /// mounted when it was first written through its node: its writes are
     /// then that filesystem's business.
     pub fn mounted_node(&self, bdi: &str, sb_dev: u32) -> bool {
-        self.devs.get(bdi).is_some_and(|d| d.mounted_nodes.contains(&sb_dev))
+        self.devs.get(bdi).is_some_and(|d| d.nodes.get(&sb_dev).copied().unwrap_or(false))
     }
 
     /// The device's bandwidth estimate (0 for a device never seen).

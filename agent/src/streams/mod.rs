@@ -20,7 +20,7 @@ use self::{
 use crate::{
     abi::{EventKind, RelPath, wb_event},
     admission::{FLUSH_MEMORY, FlushMemory},
-    bandwidth::{Active, Rate},
+    bandwidth::Active,
     counters::{Counters, ErrorKind},
     devices::{DeviceShared, Devices},
     flusher::{Batch, Flush, Flushers, StreamFile, Target},
@@ -60,6 +60,9 @@ pub struct StreamTable {
     /// By (device, writer's pid).
     left: HashMap<(String, u32), Left>,
     writers: HashMap<u32, Writer>,
+    /// Writers of block devices through their node, by (pid, disk's bdi):
+    /// one process may write several (`tee image > /dev/sdb > /dev/sdc`).
+    nodes: HashMap<(u32, String), Writer>,
     flushers: Flushers,
     devices: Devices,
     counters: Arc<Counters>,
@@ -80,6 +83,7 @@ impl StreamTable {
             pending: HashMap::new(),
             left: HashMap::new(),
             writers: HashMap::new(),
+            nodes: HashMap::new(),
             flushers: Flushers::new(counters.clone()),
             devices,
             counters,
@@ -138,8 +142,10 @@ impl StreamTable {
     /// is reached.  The device's last close writes it back, so holding the
     /// writer's open file (pidfd_getfd) to start its windows would make the
     /// agent's close the last one, and the writer's close() would return
-    /// before its data were on the device; nor is the node opened, which
-    /// runs its driver and holds the device.  Under its cap the kernel's
+    /// before its data were on the device; reopening it through
+    /// /proc/<pid>/fd, as a file is reached, would open the node, which
+    /// runs its driver and holds the device (sys::reopen_checked refuses
+    /// anything but a regular file besides).  Under its cap the kernel's
     /// flusher writes it behind the writer, and the writer's own close
     /// waits for what the cap holds.  Left alone: a device a filesystem is
     /// mounted on, whose writers are served as files.
@@ -154,9 +160,18 @@ impl StreamTable {
         }
         let now = Instant::now();
         let bytes = ev.end - ev.start;
-        self.note_writer(key.tgid, ev, bytes, now);
-        let device_busy = self.devices.dirtied(&bdi, bytes, now);
-        self.writer_busy(key.tgid, device_busy);
+        let w = self.nodes.entry((key.tgid, bdi.clone())).or_insert_with(|| {
+            let dev = crate::abi::kernel_dev_to_user(ev.sb_dev);
+            let dev = format!("{}:{}", libc::major(dev), libc::minor(dev));
+            let comm = ev.comm();
+            tracing::info!(pid = key.tgid, comm = %printable(&comm), %dev, %bdi, "block-device writer started");
+            Writer::new(comm, bdi.clone(), now, true)
+        });
+        w.add(bytes, now);
+        let meaningful = w.rate.meaningful(now, self.devices.bandwidth(&bdi));
+        if self.devices.dirtied(&bdi, bytes, now) || meaningful {
+            self.devices.busy(&bdi, false);
+        }
     }
 
     /// A close the intake reached late, behind a flood (intake.rs,
@@ -337,32 +352,10 @@ impl StreamTable {
 
     fn note_writer(&mut self, tgid: u32, ev: &wb_event, bytes: u64, now: Instant) -> &mut Writer {
         let w = self.writers.entry(tgid).or_insert_with(|| {
-            let (comm, bdi, block_device) = (ev.comm(), ev.bdi(), ev.block_device());
-            let w = Writer {
-                comm,
-                bdi,
-                files: 0,
-                bytes: 0,
-                started: now,
-                last: now,
-                rate: Rate::new(now),
-                windowed: false,
-                block_device,
-            };
-            let (pid, comm) = (tgid, printable(&w.comm));
-            if block_device {
-                let dev = crate::abi::kernel_dev_to_user(ev.sb_dev);
-                let dev = format!("{}:{}", libc::major(dev), libc::minor(dev));
-                tracing::info!(pid, %comm, dev, bdi = %w.bdi, "block-device writer started");
-            } else {
-                tracing::info!(pid, %comm, bdi = %w.bdi, "multi-file writer started");
-            }
-            w
+            tracing::info!(pid = tgid, comm = %printable(&ev.comm()), bdi = %ev.bdi(), "multi-file writer started");
+            Writer::new(ev.comm(), ev.bdi(), now, false)
         });
-        w.files += 1;
-        w.bytes += bytes;
-        w.last = now;
-        w.rate.add(bytes, now);
+        w.add(bytes, now);
         w
     }
 
@@ -392,21 +385,14 @@ impl StreamTable {
         // budget became stream_dirty twice over (gio after cp -r to a USB
         // stick: 28 MiB held and sync 1.01 s, against 14 MiB and 0.39 s).
         let mut ended = Vec::new();
-        self.writers.retain(|pid, w| {
-            let why = if !sys::process_exists(*pid) {
-                "exited"
-            } else if now - w.last >= WRITER_IDLE {
-                "idle"
-            } else {
-                return true;
-            };
-            tracing::info!(
-                pid, comm = %printable(&w.comm), files = w.files, bytes = w.bytes,
-                secs = format!("{:.1}", (w.last - w.started).as_secs_f64()), why, "{} writer ended", w.kind()
-            );
-            ended.push(*pid);
-            false
+        self.writers.retain(|&pid, w| {
+            let gone = w.ended(pid, now, WRITER_IDLE);
+            if gone {
+                ended.push(pid);
+            }
+            !gone
         });
+        self.nodes.retain(|&(pid, _), w| !w.ended(pid, now, WRITER_IDLE));
         let done: Vec<_> = self.left.extract_if(|(_, pid), _| ended.contains(pid)).collect();
         for ((bdi, pid), l) in done {
             self.submit(&bdi, l.batch(pid));
@@ -429,7 +415,8 @@ impl StreamTable {
             active.entry(s.bdi.clone()).or_default().add(true);
             streaming.insert((&s.bdi, key.tgid));
         }
-        for (pid, w) in &self.writers {
+        let nodes = self.nodes.iter().map(|((pid, _), w)| (pid, w));
+        for (pid, w) in self.writers.iter().chain(nodes) {
             let recent = busy.contains(w.bdi.as_str()) && now - w.last < WRITER_RECENT;
             if !streaming.contains(&(w.bdi.as_str(), *pid))
                 && (recent || w.rate.meaningful(now, devices.bandwidth(&w.bdi)))
@@ -516,15 +503,17 @@ impl StreamTable {
                 bytes_flushed: s.bytes,
                 secs: s.started.elapsed().as_secs_f64(),
             })
-            .chain(self.writers.iter().map(|(pid, w)| StreamStatus {
-                pid: *pid,
-                comm: w.comm.clone(),
-                cgroup: cgroup(*pid),
-                kind: w.kind().into(),
-                bdi: w.bdi.clone(),
-                files: w.files,
-                bytes_flushed: w.bytes,
-                secs: w.started.elapsed().as_secs_f64(),
+            .chain(self.writers.iter().chain(self.nodes.iter().map(|((pid, _), w)| (pid, w))).map(|(pid, w)| {
+                StreamStatus {
+                    pid: *pid,
+                    comm: w.comm.clone(),
+                    cgroup: cgroup(*pid),
+                    kind: w.kind().into(),
+                    bdi: w.bdi.clone(),
+                    files: w.files,
+                    bytes_flushed: w.bytes,
+                    secs: w.started.elapsed().as_secs_f64(),
+                }
             }))
             .collect();
         v.sort_by_key(|s| s.pid);

@@ -109,6 +109,45 @@ pub(super) struct Writer {
 }
 
 impl Writer {
+    pub(super) fn new(comm: String, bdi: String, now: Instant, block_device: bool) -> Self {
+        Self {
+            comm,
+            bdi,
+            files: 0,
+            bytes: 0,
+            started: now,
+            last: now,
+            rate: Rate::new(now),
+            windowed: false,
+            block_device,
+        }
+    }
+
+    /// Its next file (or, for a block device, its next window) of `bytes`.
+    pub(super) fn add(&mut self, bytes: u64, now: Instant) {
+        self.files += 1;
+        self.bytes += bytes;
+        self.last = now;
+        self.rate.add(bytes, now);
+    }
+
+    /// Whether it ended, its process `pid` gone or nothing from it for
+    /// `idle`: then logged as ended.
+    pub(super) fn ended(&self, pid: u32, now: Instant, idle: Duration) -> bool {
+        let why = if !crate::sys::process_exists(pid) {
+            "exited"
+        } else if now - self.last >= idle {
+            "idle"
+        } else {
+            return false;
+        };
+        tracing::info!(
+            pid, comm = %crate::status::printable(&self.comm), files = self.files, bytes = self.bytes,
+            secs = format!("{:.1}", (self.last - self.started).as_secs_f64()), why, "{} writer ended", self.kind()
+        );
+        true
+    }
+
     /// What `wbctl streams` and the journal call it.
     pub(super) fn kind(&self) -> &'static str {
         if self.block_device { "block-device" } else { "multi-file" }
