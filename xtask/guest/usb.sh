@@ -309,7 +309,11 @@ usb_image() {
     kill $sampler
     wait $sampler 2>/dev/null
     read -r stick guest <$peak_file
-    local size written=$(((after - before) * 512)) peak_mib=$((stick / 1024)) name="usb-image-dd-$((bps / MIB))MiBps"
+    # As for the copies: the stick's own peak, or the whole guest's where the
+    # stick's bdi counted nothing (the image's pages read 0 there on 6.1,
+    # with the kernel default too).
+    local size written=$(((after - before) * 512)) peak_mib=$(((stick > 0 ? stick : guest) / 1024))
+    local name="usb-image-dd-$((bps / MIB))MiBps"
     size=$(stat -c %s $SRC/big.bin)
     measure "$name-$mode" "writes $(secs "$t0" "$t1") s, close $(secs "$t1" "$t2") s, peak $peak_mib MiB, on the stick as close returned $((written / MIB)) of $((size / MIB)) MiB"
     check "$name-$mode-exit-0" [ "$rc" = 0 ]
