@@ -42,7 +42,10 @@ pub struct Args {
     /// the scenarios to run (default all; db and beside only in the full bench)
     ///
     /// Scenarios: copy (with fsync/read latency probes), tar, multi, overwrite,
-    /// tempfile, overhead, cost (what watching costs, daemon vs none:
+    /// tempfile, image (an image written to the device's node, nothing
+    /// mounted: dd, dd status=progress, cat, pv, cp; 512 MiB at 30 and
+    /// 10 MiB/s and raw, --quick dd and cat, 256 MiB at 30 and raw),
+    /// overhead, cost (what watching costs, daemon vs none:
     /// ns per write and per unrelated syscall, agent CPU and RSS for a
     /// 3 GiB cp, tar x of 30,000 files, 1,000 streams, events/s; about
     /// 9 minutes with 3 runs, 23 s of --smoke),
@@ -106,7 +109,8 @@ pub struct Args {
     /// the guard against regressions (with --quick)
     ///
     /// The guard against regressions: the quick copy, tar and multi at
-    /// 100 MiB/s and raw, kernel default and writebehindd only, on the
+    /// 100 MiB/s and raw, and the quick image at 30 MiB/s and raw,
+    /// kernel default and writebehindd only, on the
     /// filesystems of xtask/bench-baseline.json; names every figure (a
     /// ratio to the default in the same run) outside its band there,
     /// better or worse, and fails if any is (about 4 minutes on

@@ -21,7 +21,7 @@ use super::report::{self, Run, fmt};
 /// Committed with the code it was measured on.
 pub const BASELINE: &str = "xtask/bench-baseline.json";
 /// What `--check` runs: the scenarios and modes the figures come from.
-pub const SCENARIOS: [&str; 3] = ["copy", "tar", "multi"];
+pub const SCENARIOS: [&str; 4] = ["copy", "tar", "multi", "image"];
 pub const MODES: [&str; 2] = ["default", "writebehindd"];
 const DEFAULT: &str = "kernel default";
 const DAEMON: &str = "writebehindd";
@@ -34,7 +34,7 @@ const DAEMON: &str = "writebehindd";
 /// total varied 10.9–12.6 s between runs (its `sync` does), which would widen
 /// the band to ±10 %; the daemon's total/ideal on ext4 was 0.986–1.007 over
 /// seven runs.
-const FIGURES: [(&str, &str, f64, bool); 9] = [
+const FIGURES: [(&str, &str, f64, bool); 13] = [
     ("copy ", "peak MiB", 4.0, false),
     ("copy ", "sync s", 0.1, false),
     ("copy ", "total/ideal", 0.02, false),
@@ -44,19 +44,26 @@ const FIGURES: [(&str, &str, f64, bool); 9] = [
     ("tar ", "to sync done s", 0.2, false),
     ("multi 10 ", "extents/file", 1.0, false),
     ("multi 10 ", "MiB/s", 3.0, true),
+    ("image ", "close s", 0.3, false),
+    ("image ", "peak MiB", 8.0, false),
+    ("image ", "total s", 0.3, false),
+    ("image ", "at close MiB", 0.5, true),
 ];
 /// The same on the raw device.  Floors: what the daemon's medians moved
 /// between three quick runs of the same code there: the copy's total by up
 /// to 0.25 s on ext4 (0.48–0.73 s), tar's and multi's by up to 0.08 s (of
 /// 0.2–0.45 s); its peaks by up to 41 MiB in the copy (xfs 103–144) and
 /// multi, 10 MiB in tar (ext4 70–81).
-const RAW_FIGURES: [(&str, &str, f64, bool); 6] = [
+const RAW_FIGURES: [(&str, &str, f64, bool); 9] = [
     ("copy ", "total s", 0.1, false),
     ("copy ", "peak MiB", 32.0, false),
     ("tar ", "to sync done s", 0.05, false),
     ("tar ", "peak MiB", 16.0, false),
     ("multi 10 ", "s", 0.05, false),
     ("multi 10 ", "peak MiB", 32.0, false),
+    ("image ", "total s", 0.1, false),
+    ("image ", "peak MiB", 32.0, false),
+    ("image ", "at close MiB", 0.5, true),
 ];
 
 fn is_raw(group: &str) -> bool {

@@ -13,6 +13,7 @@ mod beside;
 mod check;
 mod cost;
 mod db;
+mod image;
 pub(crate) mod modes;
 mod probes;
 mod report;
@@ -47,6 +48,8 @@ struct Plan {
     cost: cost::CostSizes,
     /// cost's parts to run (--parts)
     cost_parts: Vec<String>,
+    /// The image written to a device node, its writers and rates.
+    image: image::ImageSizes,
     /// --check: compare with the baseline once run.
     check: Option<check::Baseline>,
 }
@@ -55,7 +58,8 @@ struct Plan {
 /// it and as Fedora mounts it (compress=zstd:1).
 const FILESYSTEMS: [&str; 4] = ["ext4", "xfs", "btrfs", "btrfs-zstd"];
 
-const SCENARIOS: [&str; 9] = ["copy", "tar", "multi", "overwrite", "tempfile", "overhead", "cost", "db", "beside"];
+const SCENARIOS: [&str; 10] =
+    ["copy", "tar", "multi", "overwrite", "tempfile", "image", "overhead", "cost", "db", "beside"];
 /// Left out of --quick and --smoke unless --only names them: a cluster and
 /// pgbench's tables per run and mode are more than a quick look needs.
 const FULL_ONLY: [&str; 2] = ["db", "beside"];
@@ -119,6 +123,7 @@ fn plan(args: &Args, check: Option<check::Baseline>) -> Result<Plan> {
         slow_copy_files: 32,
         cost: cost::CostSizes::full(),
         cost_parts: cost::parts().into_iter().map(str::to_owned).collect(),
+        image: image::ImageSizes::full(),
         check,
     };
     // --quick and --smoke first, whatever their place on the line: the
@@ -142,6 +147,7 @@ fn plan(args: &Args, check: Option<check::Baseline>) -> Result<Plan> {
         plan.runs = 1;
         plan.raw_runs = QUICK_RAW_RUNS;
         plan.cost = cost::CostSizes::quick();
+        plan.image = image::ImageSizes::quick();
     }
     if args.smoke {
         plan.sizes = Sizes {
@@ -165,6 +171,7 @@ fn plan(args: &Args, check: Option<check::Baseline>) -> Result<Plan> {
         plan.raw_runs = 1;
         plan.slow_copy_files = 4;
         plan.cost = cost::CostSizes::smoke();
+        plan.image = image::ImageSizes::smoke();
     }
     let reduced = args.quick || args.smoke;
     if let Some(only) = &args.only {
@@ -181,6 +188,7 @@ fn plan(args: &Args, check: Option<check::Baseline>) -> Result<Plan> {
     }
     if let Some(rates) = &args.rates {
         plan.rates = rates.clone();
+        plan.image.rates = rates.clone();
     }
     if let Some(writers) = &args.writers {
         plan.sizes.multi_writers = writers.clone();
@@ -206,6 +214,7 @@ fn plan(args: &Args, check: Option<check::Baseline>) -> Result<Plan> {
         // The bands were made from runs of exactly this.
         plan.rates = vec![100, RAW];
         (plan.runs, plan.raw_runs) = (1, QUICK_RAW_RUNS);
+        plan.image = image::ImageSizes::quick();
     }
     Ok(plan)
 }
@@ -221,7 +230,7 @@ fn scenarios_at(plan: &Plan, rate: u64) -> Vec<&str> {
     let capped = || plan.rates.iter().filter(|&&r| r != RAW);
     let slow = rate < 100 && capped().any(|&r| r >= 100);
     let slowest = capped().all(|&r| r >= rate);
-    let device = |s: &&str| !matches!(*s, "overhead" | "cost");
+    let device = |s: &&str| !matches!(*s, "overhead" | "cost" | "image");
     let here = |s: &&str| match *s {
         "beside" => slowest,
         other => !slow || other == "copy",
@@ -287,7 +296,11 @@ fn estimate_secs(plan: &Plan) -> f64 {
         true => plan.cost.estimate_secs(cost_rate(plan), plan.runs),
         false => 0.0,
     };
-    secs + cost
+    let image = match plan.scenarios.iter().any(|s| s == "image") {
+        true => image::estimate_secs(plan),
+        false => 0.0,
+    };
+    secs + cost + image
 }
 
 /// The cost scenario's cap: the plan's first, or 100 MiB/s if it names
@@ -343,6 +356,9 @@ pub fn main(args: &Args) -> Result<()> {
             }
             bench_device(&plan, fstype, rate_mib, &shm.0, &daemon, &xtask, &mut runs)?;
         }
+    }
+    if plan.scenarios.iter().any(|s| s == "image") {
+        image::bench(&plan, &shm.0, &daemon, &mut runs)?;
     }
     if plan.scenarios.iter().any(|s| s == "overhead") {
         overhead(&plan, &daemon, &mut runs)?;
@@ -575,6 +591,22 @@ mod tests {
         let args = Bench::try_parse_from(["bench", "--check"]).unwrap().args;
         let e = super::plan(&args, None).err().unwrap();
         assert_eq!(e.to_string(), "--check compares quick runs: add --quick");
+    }
+
+    #[test]
+    fn the_image_runs_on_its_own_devices_at_the_sticks_rates() {
+        let full = plan(&[]);
+        assert_eq!((full.image.mib, full.image.rates.as_slice(), full.image.tools.len()), (512, &[30, 10, RAW][..], 5));
+        let quick = plan(&["--quick"]);
+        assert_eq!((quick.image.mib, quick.image.rates.as_slice()), (256, &[30, RAW][..]));
+        assert_eq!(quick.image.tools, ["dd", "cat"]);
+        assert_eq!(plan(&["--quick", "--rates", "10"]).image.rates, [10]);
+        // Not a filesystem's scenario: no device of its own per --fs.
+        let only = plan(&["--only", "image"]);
+        assert!(scenarios_at(&only, 100).is_empty() && scenarios_at(&only, RAW).is_empty());
+        assert!(estimate_secs(&only) > 0.0);
+        let smoke = plan(&["--smoke"]);
+        assert!(smoke.scenarios.contains(&"image".to_owned()) && smoke.image.rates == [30]);
     }
 
     #[test]
