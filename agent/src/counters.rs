@@ -74,6 +74,8 @@ pub struct Counters {
     /// Closes that waited in the ring for half a second or more (an agent
     /// behind a flood), of files it did not hold: left to the kernel.
     pub closes_shed_late: AtomicU64,
+    /// Events of devices the policy's leave_devices lists: left alone.
+    pub left_by_policy: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
 }
 
@@ -105,6 +107,7 @@ impl Counters {
             ("closed_files_by_path", &self.closed_files_by_path),
             ("closed_files_left", &self.closed_files_left),
             ("closes_shed_late", &self.closes_shed_late),
+            ("events_left_by_policy", &self.left_by_policy),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))

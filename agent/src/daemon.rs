@@ -188,6 +188,7 @@ impl Intake {
             closed_files_flushed = Counters::get(&counters.closed_files_flushed),
             closed_files_left = Counters::get(&counters.closed_files_left),
             closes_shed_late = Counters::get(&counters.closes_shed_late),
+            events_left_by_policy = Counters::get(&counters.left_by_policy),
             errors = ?counters.errors().into_iter().filter(|e| e.1 > 0).collect::<Vec<_>>(),
             // BPF's counters by their one name (bpf/writebehind.h), as
             // `wbctl status` shows them.

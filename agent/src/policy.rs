@@ -96,6 +96,9 @@ policy_keys! {
     /// (their files' extents are as long as what is written back of them
     /// at once).  Device-wide.
     stream_dirty: Size,
+    /// Devices left to the kernel: no windows, no pacing, for writers of
+    /// their nodes and of the filesystems on them.  Device-wide.
+    leave_devices: DeviceNames,
     on_battery: OnBattery,
 }
 
@@ -154,10 +157,60 @@ impl Show for OnBattery {
     }
 }
 
+impl Show for DeviceNames {
+    fn show(&self) -> String {
+        format!("[{}]", self.0.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", "))
+    }
+}
+
 /// Keys that act on a whole device, not on one cgroup's writers: only the
 /// root policy (a file's top level) may set them.
-pub const DEVICE_WIDE: [&str; 5] =
-    ["in_flight_seconds", "pacing", "dirty_seconds", "stream_dirty", "pace_user_devices"];
+pub const DEVICE_WIDE: [&str; 6] =
+    ["in_flight_seconds", "pacing", "dirty_seconds", "stream_dirty", "pace_user_devices", "leave_devices"];
+
+/// Block devices named as the administrator knows them: a kernel name
+/// ("sdb", "nvme0n1p2", "mmcblk0"), its node ("/dev/sdb"), or its number
+/// ("8:16"), for scripts and for mounts without a node (NFS, FUSE:
+/// "0:53").  Kept as kernel names and numbers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceNames(pub Vec<String>);
+
+impl DeviceNames {
+    /// One entry, as kept: "/dev/" dropped; a number's parts as numbers.
+    pub fn parse_one(s: &str) -> Result<String, String> {
+        let name = s.strip_prefix("/dev/").unwrap_or(s);
+        if let Some((maj, min)) = name.split_once(':') {
+            return match (maj.parse::<u32>(), min.parse::<u32>()) {
+                (Ok(a), Ok(b)) => Ok(format!("{a}:{b}")),
+                _ => Err(format!("{s:?} is not a device number like \"8:16\"")),
+            };
+        }
+        let kernel_name = |c: char| c.is_ascii_alphanumeric() || "-_.!".contains(c);
+        if name.is_empty() || name.len() > 32 || name.starts_with('.') || !name.chars().all(kernel_name) {
+            return Err(format!(
+                "{s:?} is not a block device's kernel name (\"sdb\", \"/dev/nvme0n1\") or number (\"8:16\")"
+            ));
+        }
+        Ok(name.to_owned())
+    }
+
+    /// Whether any of a device's names (its kernel name, its number) is
+    /// listed.
+    pub fn lists(&self, names: &[&str]) -> bool {
+        self.0.iter().any(|n| names.contains(&n.as_str()))
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceNames {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let list = Vec::<String>::deserialize(d)?;
+        list.iter()
+            .map(|s| DeviceNames::parse_one(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map(DeviceNames)
+            .map_err(serde::de::Error::custom)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -392,6 +445,24 @@ mod tests {
         let auto = Policy::parse("window_seconds = 1\non_battery = \"lazy\"").unwrap();
         assert_eq!(auto.sizing(false).unwrap().window_seconds, 1.0);
         assert_eq!(auto.sizing(true).unwrap().window_seconds, 4.0);
+    }
+
+    #[test]
+    fn devices_are_named_by_kernel_name_node_or_number() {
+        let p = Policy::parse("leave_devices = [\"sdb\", \"/dev/nvme0n1p2\", \"8:032\", \"0:53\"]").unwrap();
+        assert_eq!(p.leave_devices.0, ["sdb", "nvme0n1p2", "8:32", "0:53"]);
+        assert!(p.leave_devices.lists(&["8:32", "sdc"]) && p.leave_devices.lists(&["7:0", "sdb"]));
+        assert!(!p.leave_devices.lists(&["8:16", "sdb1"]), "a disk's entry is not its partition's");
+        assert!(Policy::embedded_default().leave_devices.0.is_empty());
+        assert_eq!(
+            p.lines().iter().find(|l| l.0 == "leave_devices").unwrap().1,
+            r#"["sdb", "nvme0n1p2", "8:32", "0:53"]"#
+        );
+        let err = |t: &str| format!("{:#}", Policy::parse(t).unwrap_err());
+        assert!(err("leave_devices = [\"/dev/../etc\"]").contains("kernel name"));
+        assert!(err("leave_devices = [\"\"]").contains("kernel name"));
+        assert!(err("leave_devices = [\"8:x\"]").contains("device number"));
+        assert!(err("leave_devices = \"sdb\"").contains("invalid type"));
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub use self::{decide::SMALL_FILES, shared::DeviceShared};
 use self::{
     decide::{Action, Figures, Inputs, PacerView, Pushed, ReleaseWhy},
     device::Device,
-    probe::{compress_grain, max_request, sb_dev_name},
+    probe::{compress_grain, kernel_name, max_request, sb_dev_name},
 };
 use crate::{
     abi::{wb_device, wb_event},
@@ -63,7 +63,14 @@ pub struct Devices {
     /// Failed inserts into `map`, for their warning.
     map_failures: push::Failures,
     page_size: u64,
+    /// Whether the root policy's leave_devices lists a (bdi, sb_dev): the
+    /// names read once, kept until the policy changes (LEFT_KEPT at most).
+    left: HashMap<(String, u32), bool>,
 }
+
+/// Entries of `Devices::left`: past this many (each FUSE mount is a
+/// device) it is emptied and filled again.
+const LEFT_KEPT: usize = 4096;
 
 impl Devices {
     pub fn new(policy: Policy, map: Option<DeviceMap>, pacer: Pacer) -> Self {
@@ -77,12 +84,40 @@ impl Devices {
             yielding_global: false,
             map_failures: push::Failures::default(),
             page_size,
+            left: HashMap::new(),
         }
     }
 
     /// New root policy (reloaded): windows and budgets follow at the next tick.
     pub fn set_policy(&mut self, policy: Policy) {
         self.policy = policy;
+        self.left.clear();
+    }
+
+    /// Whether the root policy leaves the event's device to the kernel
+    /// (leave_devices): its disk (the bdi) or the node or filesystem's own
+    /// device (sb_dev), by kernel name or number.  Said once per device.
+    pub fn left_by_policy(&mut self, ev: &wb_event) -> bool {
+        if self.policy.leave_devices.0.is_empty() {
+            return false;
+        }
+        let key = (ev.bdi(), ev.sb_dev);
+        if let Some(&left) = self.left.get(&key) {
+            return left;
+        }
+        let sb_dev = sb_dev_name(ev.sb_dev);
+        let names = [kernel_name(&key.0), kernel_name(&sb_dev)];
+        let mut ids: Vec<&str> = vec![key.0.as_str(), sb_dev.as_str()];
+        ids.extend(names.iter().flatten().map(String::as_str));
+        let left = self.policy.leave_devices.lists(&ids);
+        if left {
+            tracing::info!(bdi = key.0, dev = sb_dev, names = ?ids, "left to the kernel: the policy's leave_devices lists it");
+        }
+        if self.left.len() >= LEFT_KEPT {
+            self.left.clear();
+        }
+        self.left.insert(key, left);
+        left
     }
 
     /// After this long without a window, a stream no longer counts as

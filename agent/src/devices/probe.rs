@@ -1,6 +1,7 @@
 //! What is read of the system once per device or superblock: btrfs's
 //! compression grain (from the mount options), the device's maximal request
-//! (sysfs), and a superblock's dev_t as mountinfo writes it.
+//! (sysfs), a superblock's dev_t as mountinfo writes it, and a block
+//! device's kernel name.
 
 /// btrfs compresses a range in 128 KiB pieces from its start, and a piece
 /// that saves less than a block marks the whole file incompressible
@@ -42,6 +43,14 @@ pub(super) fn max_request(bdi: &str) -> u64 {
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// The kernel name of block device "major:minor" ("sdb1"), from the
+/// /sys/dev/block link (sysfs: no filesystem a user controls); None for
+/// numbers that are no block device (NFS, FUSE, btrfs's own bdi).
+pub(super) fn kernel_name(dev: &str) -> Option<String> {
+    let target = std::fs::read_link(format!("/sys/dev/block/{dev}")).ok()?;
+    Some(target.file_name()?.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]

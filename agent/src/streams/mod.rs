@@ -128,6 +128,12 @@ impl StreamTable {
             "event"
         );
         let key = StreamKey { tgid: ev.tgid, file: FileId { dev: ev.st_dev(), ino: ev.ino } };
+        // A stream held when the policy came to list its device runs on
+        // to its close.
+        if !self.streams.contains_key(&key) && self.devices.left_by_policy(ev) {
+            self.counters.add(&self.counters.left_by_policy, 1);
+            return;
+        }
         if ev.block_device() {
             return self.block_device(kind, key, ev);
         }
