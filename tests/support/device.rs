@@ -12,7 +12,17 @@ use super::{Knob, Scratch, run};
 const BLKIO_WRITE_BPS: &str = "/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device";
 
 fn attach(backing: &Path) -> Result<PathBuf> {
-    let out = run(Command::new("losetup").args(["--find", "--show", "--direct-io=on"]).arg(backing))?;
+    attach_scanned(backing, false)
+}
+
+/// With `partitions`, the kernel reads the partition table (loopNp1...).
+fn attach_scanned(backing: &Path, partitions: bool) -> Result<PathBuf> {
+    let mut cmd = Command::new("losetup");
+    cmd.args(["--find", "--show", "--direct-io=on"]);
+    if partitions {
+        cmd.arg("--partscan");
+    }
+    let out = run(cmd.arg(backing))?;
     Ok(PathBuf::from(out.trim()))
 }
 
@@ -47,7 +57,18 @@ impl LoopDevice {
     /// on other cgroups miss writeback (flusher threads issue it), and the
     /// upper loop device gives the filesystem a real, bounded request queue.
     pub fn throttled(size_mib: u64, bytes_per_sec: u64) -> Result<Self> {
-        Self::stacked(size_mib, Some(bytes_per_sec))
+        Self::stacked(size_mib, Some(bytes_per_sec), false)
+    }
+
+    /// `throttled`, with one partition from 1 MiB to the end: its node is
+    /// `partition(1)`.
+    pub fn throttled_partitioned(size_mib: u64, bytes_per_sec: u64) -> Result<Self> {
+        Self::stacked(size_mib, Some(bytes_per_sec), true)
+    }
+
+    /// The node of partition `n` ("/dev/loop3p1").
+    pub fn partition(&self, n: u32) -> PathBuf {
+        PathBuf::from(format!("{}p{n}", self.dev.display()))
     }
 
     /// The same stack as `throttled` without the cap: the machine's own disk
@@ -55,10 +76,10 @@ impl LoopDevice {
     /// fast SSD a user's main disk is.  Discards stay off on the upper
     /// device, so the two compare alike.
     pub fn uncapped(size_mib: u64) -> Result<Self> {
-        Self::stacked(size_mib, None)
+        Self::stacked(size_mib, None, false)
     }
 
-    fn stacked(size_mib: u64, cap: Option<u64>) -> Result<Self> {
+    fn stacked(size_mib: u64, cap: Option<u64>, partitioned: bool) -> Result<Self> {
         let lower = Self::new(size_mib)?;
         let throttle = match cap {
             Some(bytes_per_sec) => {
@@ -71,7 +92,13 @@ impl LoopDevice {
             }
             None => None,
         };
-        let dev = attach(&lower.dev)?;
+        let dev = attach_scanned(&lower.dev, partitioned)?;
+        if partitioned {
+            // Added by BLKPG, not read from a table: this VM's kernel has no
+            // partition table parsers (no CONFIG_MSDOS_PARTITION nor EFI).
+            let sectors = (size_mib << 11) - 2048;
+            run(Command::new("addpart").arg(&dev).args(["1", "2048", &sectors.to_string()]))?;
+        }
         // No discards: the upper device passes one down as a write of zeroes,
         // which the cap counts like data.  btrfs discards deleted extents
         // (discard=async, its default since 6.2): a 3 GiB file removed
