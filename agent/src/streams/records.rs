@@ -141,10 +141,14 @@ impl Writer {
         } else {
             return false;
         };
-        tracing::info!(
-            pid, comm = %crate::status::printable(&self.comm), files = self.files, bytes = self.bytes,
-            secs = format!("{:.1}", (self.last - self.started).as_secs_f64()), why, "{} writer ended", self.kind()
-        );
+        let (comm, secs) =
+            (crate::status::printable(&self.comm), format!("{:.1}", (self.last - self.started).as_secs_f64()));
+        // A block device's writer has no files: its spans are windows.
+        if self.block_device {
+            tracing::info!(pid, %comm, windows = self.files, bytes = self.bytes, secs, why, "block-device writer ended");
+        } else {
+            tracing::info!(pid, %comm, files = self.files, bytes = self.bytes, secs, why, "multi-file writer ended");
+        }
         true
     }
 
