@@ -13,7 +13,7 @@ set -u
 S=/run/systest
 # shellcheck source=/dev/null
 # WATCH: seconds the service must run without a restart; USB: quick|full;
-# USB_DEFAULT_ON: the kernel line (or all) that copies with the kernel
+# USB_DEFAULT_ON: the kernel line (all, or none) that copies with the kernel
 # default too; ONLY: usb, db or nfs runs only that part of the second boot; DB:
 # 1 runs the database beside a copy (db.sh); STICK_BPS: the sticks' write
 # throttle; NFS: quick|full; NFS_ON: the kernel line (or all) that runs the
