@@ -78,6 +78,11 @@ fn write_node(node: &std::path::Path, stat: &str, bdi: &str, mib: u64, as_user: 
     Ok(Image { writes: parse(0)?.parse()?, close: parse(1)?.parse()?, written_at_close: parse(2)?.parse()?, peak })
 }
 
+/// Whether the daemon's log has a line saying `what` of disk `bdi`.
+fn logged(log: &str, bdi: &str, what: &str) -> bool {
+    log.lines().any(|l| l.contains(what) && log_field(l, "bdi").map(|v| v.trim_matches('"')) == Some(bdi))
+}
+
 /// 128 MiB to a 30 MiB/s device: without the daemon the writes take a
 /// fraction of a second and close() then waits about 4 s while the device
 /// writes it all; with it the writer is paced at the device's speed and
@@ -105,9 +110,7 @@ fn an_image_written_to_a_device_node_is_written_behind_and_close_still_waits_for
         );
     }
     let bdi = device.bdi()?;
-    let of_it = |what: &str| {
-        log.lines().any(|l| l.contains(what) && log_field(l, "bdi").map(|v| v.trim_matches('"')) == Some(bdi.as_str()))
-    };
+    let of_it = |what: &str| logged(&log, &bdi, what);
     assert!(of_it("block-device writer started"), "the writer was not seen:\n{log}");
     assert!(of_it("capping the device"), "its disk was not paced:\n{log}");
     for (mode, i) in [("without the daemon", &default), ("with it", &paced)] {
@@ -138,9 +141,7 @@ fn an_image_written_to_a_partition_paces_its_disk() -> Result<()> {
     let log = daemon.stop()?;
     println!("{}: 96 MiB, close() {:.2} s, peak {} MiB", part.display(), image.close, image.peak.dirty_wb / MIB);
     let bdi = disk.bdi()?;
-    let of_it = |what: &str| {
-        log.lines().any(|l| l.contains(what) && log_field(l, "bdi").map(|v| v.trim_matches('"')) == Some(bdi.as_str()))
-    };
+    let of_it = |what: &str| logged(&log, &bdi, what);
     assert!(of_it("block-device writer started"), "the writer was not seen:\n{log}");
     assert!(of_it("capping the device"), "its disk was not paced:\n{log}");
     assert!(image.written_at_close >= 96 * MIB, "close() returned with {} MiB:\n{log}", image.written_at_close / MIB);
@@ -168,10 +169,7 @@ fn devices_the_policy_leaves_are_left_to_the_kernel() -> Result<()> {
     ]))?;
     let log = daemon.stop()?;
     for bdi in [node.bdi()?, fs.bdi()?] {
-        let of = |what: &str| {
-            log.lines()
-                .any(|l| l.contains(what) && log_field(l, "bdi").map(|v| v.trim_matches('"')) == Some(bdi.as_str()))
-        };
+        let of = |what: &str| logged(&log, &bdi, what);
         assert!(of("left to the kernel"), "{bdi}: not said:\n{log}");
         for done in ["block-device writer started", "stream started", "capping the device"] {
             assert!(!of(done), "{bdi}: {done}:\n{log}");
@@ -214,9 +212,7 @@ fn a_users_loop_device_written_through_its_node_steers_no_limit() -> Result<()> 
     let log = daemon.stop()?;
     println!("nobody's loop device: close() {:.2} s, knobs {before:?} -> {during:?}", image.close);
     let bdi = device.bdi()?;
-    let of_it = |what: &str| {
-        log.lines().any(|l| l.contains(what) && log_field(l, "bdi").map(|v| v.trim_matches('"')) == Some(bdi.as_str()))
-    };
+    let of_it = |what: &str| logged(&log, &bdi, what);
     assert!(of_it("block-device writer started"), "the writer was not seen:\n{log}");
     assert!(of_it("loop (uid 65534's file)"), "not said whose device it is:\n{log}");
     assert!(!of_it("capping the device"), "nobody's loop device was paced:\n{log}");
@@ -286,12 +282,7 @@ fn a_writer_that_swaps_its_descriptor_for_another_device_moves_nothing_there() -
     }
     let status = writer.wait()?;
     let log = daemon.stop()?;
-    let of = |d: &LoopDevice, what: &str| -> Result<bool> {
-        let bdi = d.bdi()?;
-        Ok(log
-            .lines()
-            .any(|l| l.contains(what) && log_field(l, "bdi").map(|v| v.trim_matches('"')) == Some(bdi.as_str())))
-    };
+    let of = |d: &LoopDevice, what: &str| -> Result<bool> { Ok(logged(&log, &d.bdi()?, what)) };
     assert!(status.success(), "the writer failed: {status}\n{log}");
     assert!(of(&written, "capping the device")?, "the written stick was not paced:\n{log}");
     assert!(held.is_empty(), "the agent held block devices open: {held:?}\n{log}");

@@ -15,7 +15,8 @@ fn attach(backing: &Path) -> Result<PathBuf> {
     attach_scanned(backing, false)
 }
 
-/// With `partitions`, the kernel reads the partition table (loopNp1...).
+/// With `partitions`, the device may have partitions (loopNp1...): from
+/// its table where the kernel parses one, or added by BLKPG.
 fn attach_scanned(backing: &Path, partitions: bool) -> Result<PathBuf> {
     let mut cmd = Command::new("losetup");
     cmd.args(["--find", "--show", "--direct-io=on"]);
