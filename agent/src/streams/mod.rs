@@ -129,8 +129,9 @@ impl StreamTable {
         );
         let key = StreamKey { tgid: ev.tgid, file: FileId { dev: ev.st_dev(), ino: ev.ino } };
         // A stream held when the policy came to list its device runs on
-        // to its close.
-        if !self.streams.contains_key(&key) && self.devices.left_by_policy(ev) {
+        // to its close.  The policy first: with leave_devices empty (the
+        // default) that is one test, and no lookup in the stream table.
+        if self.devices.left_by_policy(ev) && !self.streams.contains_key(&key) {
             self.counters.add(&self.counters.left_by_policy, 1);
             return;
         }

@@ -145,9 +145,9 @@ impl Writer {
             (crate::status::printable(&self.comm), format!("{:.1}", (self.last - self.started).as_secs_f64()));
         // A block device's writer has no files: its spans are windows.
         if self.block_device {
-            tracing::info!(pid, %comm, windows = self.files, bytes = self.bytes, secs, why, "block-device writer ended");
+            tracing::info!(pid, %comm, windows = self.files, bytes = self.bytes, secs, why, "{} writer ended", self.kind());
         } else {
-            tracing::info!(pid, %comm, files = self.files, bytes = self.bytes, secs, why, "multi-file writer ended");
+            tracing::info!(pid, %comm, files = self.files, bytes = self.bytes, secs, why, "{} writer ended", self.kind());
         }
         true
     }
