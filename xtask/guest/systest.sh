@@ -17,7 +17,10 @@ S=/run/systest
 # default too; ONLY: usb, db or nfs runs only that part of the second boot; DB:
 # 1 runs the database beside a copy (db.sh); STICK_BPS: the sticks' write
 # throttle; NFS: quick|full; NFS_ON: the kernel line (or all) that runs the
-# NFS part (nfs.sh).
+# NFS part (nfs.sh); LIFE_ON: the kernel lines (space-separated, or all)
+# whose second boot checks the service's life (journal, policies, watch,
+# kill -9, access, the fallback backend) before the sticks; the others go
+# from the boot checks to the sticks.
 . $S/config
 MAX_EXPOSURE=2.0
 # Random data the host made (systest.rs, sources): 96 MiB for the service's
@@ -235,6 +238,11 @@ ready=$(prop ActiveEnterTimestampMonotonic)
 measure boot-to-ready "$((ready / 1000)) ms from the kernel's start (exec to READY=1 $(((ready - start) / 1000)) ms; multi-user.target at $(($(systemctl show -p ActiveEnterTimestampMonotonic --value multi-user.target) / 1000)) ms)"
 check "fentry-backend-at-boot" logged "backend=fentry"
 pid=$(prop MainPID)
+on_line() { local l; for l in $1; do [ "$l" = all ] || [[ $(uname -r) == "$l"[.+-]* ]] && return 0; done; return 1; }
+if [ -z "$ONLY" ] && ! on_line "$LIFE_ON"; then
+    skip "service-life" "quick: on $LIFE_ON only (whose newest has this kernel's Debian and systemd)"
+    ONLY=usb
+fi
 if [ -n "$ONLY" ]; then
     # shellcheck source=/dev/null
     . "$S/$ONLY.sh"
