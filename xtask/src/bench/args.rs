@@ -41,8 +41,9 @@ pub struct Args {
 
     /// the scenarios to run (default all; db and beside only in the full bench)
     ///
-    /// Scenarios: copy (with fsync/read latency probes), tar, multi, overwrite,
-    /// tempfile, image (an image written to the device's node, nothing
+    /// Scenarios: copy (with fsync/read latency probes), tar, multi, many (N
+    /// dd at once, within and beyond the burst allowance: 1 to 1,000 writers,
+    /// --quick 30 x 24 MiB and 100 x 8 MiB), overwrite, tempfile, image (an image written to the device's node, nothing
     /// mounted: dd, dd status=progress, cat, pv, cp; 512 MiB at 30 and
     /// 10 MiB/s and raw, --quick dd and cat, 256 MiB at 30 and raw),
     /// overhead, cost (what watching costs, daemon vs none:
@@ -77,7 +78,7 @@ pub struct Args {
     ///
     /// `raw` (or 0) is the same stacked loop devices
     /// with no cap (2.8 GB/s here), discards off as on the capped
-    /// ones. raw runs copy, tar and multi only, 10 writers unless
+    /// ones. raw runs copy, tar, multi and many only, 10 writers unless
     /// --writers says otherwise, five runs in the full bench and three
     /// in --quick, the modes interleaved (the default's time varies 3x
     /// run to run there), every mode but strict (its limit is sized by
@@ -105,6 +106,11 @@ pub struct Args {
     /// where results.json and the plots go (default target/bench/<unix time>)
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+
+    /// the writebehindd binary to run (default: this tree's, built
+    /// --release): another commit's, for a before and after in one harness
+    #[arg(long, value_name = "FILE")]
+    pub daemon: Option<PathBuf>,
 
     /// the guard against regressions (with --quick)
     ///

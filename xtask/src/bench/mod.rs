@@ -22,7 +22,7 @@ pub mod writer;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use wb_tests::{Knob, LoopDevice, MIB, Mounted, Scratch, device::Debugfs};
 
 pub use args::Args;
@@ -58,8 +58,8 @@ struct Plan {
 /// it and as Fedora mounts it (compress=zstd:1).
 const FILESYSTEMS: [&str; 4] = ["ext4", "xfs", "btrfs", "btrfs-zstd"];
 
-const SCENARIOS: [&str; 10] =
-    ["copy", "tar", "multi", "overwrite", "tempfile", "image", "overhead", "cost", "db", "beside"];
+const SCENARIOS: [&str; 11] =
+    ["copy", "tar", "multi", "many", "overwrite", "tempfile", "image", "overhead", "cost", "db", "beside"];
 /// Left out of --quick and --smoke unless --only names them: a cluster and
 /// pgbench's tables per run and mode are more than a quick look needs.
 const FULL_ONLY: [&str; 2] = ["db", "beside"];
@@ -67,7 +67,7 @@ const FULL_ONLY: [&str; 2] = ["db", "beside"];
 /// The rate that stands for the raw device: no cap.
 pub(crate) const RAW: u64 = 0;
 /// What runs on the raw device: the workloads a fast disk's user meets.
-const RAW_SCENARIOS: [&str; 3] = ["copy", "tar", "multi"];
+const RAW_SCENARIOS: [&str; 4] = ["copy", "tar", "multi", "many"];
 /// Runs per mode on the raw device in --quick (and so --check): a median
 /// of three, not five.  With three, the raw part of --check took 64 s on
 /// three filesystems (16–19 s of runs and 3 s of set-up each; the whole
@@ -98,6 +98,8 @@ fn plan(args: &Args, check: Option<check::Baseline>) -> Result<Plan> {
         tar_dd_mib: 1024,
         multi_writers: vec![1, 10, 30],
         multi_mib: 256,
+        // The table (1.5 GiB in all but two), and the seed's 100 dd.
+        many: vec![(1, 1536), (10, 154), (30, 51), (100, 24), (100, 15), (1000, 2)],
         overwrite_mib: 256,
         temp_files: 8,
         temp_mib: 64,
@@ -135,6 +137,8 @@ fn plan(args: &Args, check: Option<check::Baseline>) -> Result<Plan> {
             tar_dd_mib: 256,
             multi_writers: vec![1, 10],
             multi_mib: 64,
+            // Beyond the burst allowance and within it.
+            many: vec![(30, 24), (100, 8)],
             overwrite_mib: 64,
             temp_files: 4,
             temp_mib: 32,
@@ -157,6 +161,7 @@ fn plan(args: &Args, check: Option<check::Baseline>) -> Result<Plan> {
             tar_dd_mib: 24,
             multi_writers: vec![2],
             multi_mib: 24,
+            many: vec![(8, 2)],
             overwrite_mib: 24,
             temp_files: 2,
             temp_mib: 8,
@@ -265,6 +270,7 @@ fn estimate_secs(plan: &Plan) -> f64 {
                 "copy" => copy_files as f64 * s.copy_max_mib as f64 / 2.0,
                 "tar" => s.tar_files as f64 * 0.075 + s.tar_dd_mib as f64,
                 "multi" => s.multi_writers.iter().map(|&n| n as f64 * s.multi_mib as f64).sum(),
+                "many" => s.many.iter().map(|&(n, mib)| n as f64 * mib as f64).sum(),
                 "overwrite" => 2.0 * s.overwrite_mib as f64,
                 "tempfile" => (s.temp_files as u64 * s.temp_mib) as f64,
                 // pgbench's tables, twice (the load and its checkpoint),
@@ -282,6 +288,7 @@ fn estimate_secs(plan: &Plan) -> f64 {
             bytes_at += mib / mibps;
             runs += match sc {
                 "multi" => s.multi_writers.len() as f64,
+                "many" => s.many.len() as f64,
                 _ => 1.0,
             };
         }
@@ -323,8 +330,13 @@ pub fn main(args: &Args) -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("the bench makes loop devices, caps their rate and loads BPF: run it as root");
     }
-    super::cargo(&["build", "--release", "-p", "writebehindd"])?;
-    let daemon = std::fs::canonicalize("target/release/writebehindd")?;
+    let daemon = match &args.daemon {
+        Some(d) => std::fs::canonicalize(d).with_context(|| format!("--daemon {}", d.display()))?,
+        None => {
+            super::cargo(&["build", "--release", "-p", "writebehindd"])?;
+            std::fs::canonicalize("target/release/writebehindd")?
+        }
+    };
     // Not current_exe(): `cargo xtask test` relinks target/debug/xtask while
     // this process runs it; /proc/self/exe is always this very binary.
     let xtask = PathBuf::from("/proc/self/exe");
@@ -437,14 +449,16 @@ fn bench_device(
             beside::bench(&ctx, &fs_modes, plan.runs, daemon, &tag, runs)?;
             continue;
         }
-        let variants: Vec<Option<u32>> = match scenario {
-            "multi" => sizes.multi_writers.iter().map(|&n| Some(n)).collect(),
+        // Writers at once and MiB each.
+        let variants: Vec<Option<(u32, u64)>> = match scenario {
+            "multi" => sizes.multi_writers.iter().map(|&n| Some((n, sizes.multi_mib))).collect(),
+            "many" => sizes.many.iter().map(|&v| Some(v)).collect(),
             _ => vec![None],
         };
         for variant in variants {
             let group = match (scenario, variant) {
                 ("copy", _) => format!("copy {:.1} GiB {tag}", copy_bytes as f64 / (1u64 << 30) as f64),
-                ("multi", Some(n)) => format!("multi {n} x {} MiB {tag}", sizes.multi_mib),
+                (_, Some((n, mib))) => format!("{scenario} {n} x {mib} MiB {tag}"),
                 _ => format!("{scenario} {tag}"),
             };
             let started = std::time::Instant::now();
@@ -458,10 +472,15 @@ fn bench_device(
                         let active = modes::activate(mode, &fs.bdi()?, rate, daemon)?;
                         let seen = modes::LockSeen::now();
                         let agent = active.daemon().map(|d| d.pid());
+                        let socket = active.daemon().map(|d| d.socket());
                         let (metrics, series) = match (scenario, variant) {
                             ("copy", _) => scenarios::copy(&ctx, mode, agent)?,
                             ("tar", _) => (scenarios::tar(&ctx, mode, agent)?, vec![]),
-                            ("multi", Some(n)) => (scenarios::multi(&ctx, mode, n, agent)?, vec![]),
+                            ("multi", Some((n, _))) => (scenarios::multi(&ctx, mode, n, agent)?, vec![]),
+                            ("many", Some((n, mib))) => {
+                                let daemon = agent.zip(socket.as_deref());
+                                (scenarios::many(&ctx, mode, n, mib, daemon)?, vec![])
+                            }
                             ("overwrite", _) => (scenarios::overwrite(&ctx, mode)?, vec![]),
                             ("tempfile", _) => (scenarios::tempfile(&ctx, mode)?, vec![]),
                             _ => unreachable!("scenario list is checked in parse"),
@@ -555,10 +574,12 @@ mod tests {
     }
 
     #[test]
-    fn the_raw_device_runs_copy_tar_and_multi_more_times() {
+    fn the_raw_device_runs_copy_tar_multi_and_many_more_times() {
         let p = plan(&["--rates", "100,raw"]);
         assert_eq!(p.rates, [100, RAW]);
-        assert_eq!(scenarios_at(&p, RAW), ["copy", "tar", "multi"]);
+        assert_eq!(scenarios_at(&p, RAW), ["copy", "tar", "multi", "many"]);
+        assert_eq!(p.sizes.many.iter().map(|m| m.0).max(), Some(1000), "up to a thousand writers");
+        assert_eq!(plan(&["--quick"]).sizes.many, [(30, 24), (100, 8)], "beyond the burst and within it");
         assert_eq!((runs_at(&p, 100), runs_at(&p, RAW)), (3, 5));
         assert_eq!(p.raw_sizes.multi_writers, [10]);
         assert_eq!(p.raw_sizes.tar_files, 30_000);

@@ -28,6 +28,9 @@ pub struct Sizes {
     pub tar_dd_mib: u64,
     pub multi_writers: Vec<u32>,
     pub multi_mib: u64,
+    /// The `many` scenario's runs: (writers, MiB each), within and beyond
+    /// the 16 MiB burst allowance.
+    pub many: Vec<(u32, u64)>,
     pub overwrite_mib: u64,
     pub temp_files: u32,
     pub temp_mib: u64,
@@ -303,9 +306,48 @@ fn extents(path: &Path) -> Result<u64> {
 
 /// n concurrent dd writers; throughput includes the final sync.
 pub fn multi(ctx: &Ctx, mode: Mode, n: u32, agent: Option<u32>) -> Result<Metrics> {
-    let dir = ctx.clean("multi")?;
+    writers(ctx, mode, n, ctx.sizes.multi_mib, "multi", agent)
+}
+
+/// n dd writers at once, `mib` each (the `many` scenario: Wu's 100 dd,
+/// Hansen's 30 cp, `make -j`): what their device holds, whoever writes;
+/// with a daemon (its control socket), its slowest `status` answer while
+/// they write, asked every 200 ms ("status ms").
+pub fn many(ctx: &Ctx, mode: Mode, n: u32, mib: u64, agent: Option<(u32, &Path)>) -> Result<Metrics> {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let poller = agent.map(|(_, socket)| sc.spawn(|| slowest_status(socket, &stop)));
+        let m = writers(ctx, mode, n, mib, "many", agent.map(|a| a.0));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut m = m?;
+        if let Some(p) = poller {
+            m.push(("status ms", p.join().expect("status poller")?));
+        }
+        Ok(m)
+    })
+}
+
+/// The slowest of the daemon's `status` answers, asked every 200 ms until
+/// `stop`, in ms.
+fn slowest_status(socket: &Path, stop: &std::sync::atomic::AtomicBool) -> Result<f64> {
+    let mut slowest: f64 = 0.0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let t = Instant::now();
+        super::cost::status_answer(socket)?;
+        slowest = slowest.max(t.elapsed().as_secs_f64() * 1000.0);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    Ok(slowest)
+}
+
+/// n concurrent dd writers of `mib` each into `name`: throughput to `sync`
+/// done, the `sync` after the writers, extents per file, peak dirty +
+/// writeback, CPU.
+fn writers(ctx: &Ctx, mode: Mode, n: u32, mib: u64, name: &str, agent: Option<u32>) -> Result<Metrics> {
+    let dir = ctx.clean(name)?;
     std::fs::create_dir_all(&dir)?;
-    let mib = ctx.sizes.multi_mib.to_string();
+    let each = mib;
+    let mib = mib.to_string();
     let files: Vec<String> = (0..n).map(|i| dir.join(format!("w{i}")).display().to_string()).collect();
     let sampler = sampler(ctx)?;
     let cpu = CpuMeter::start(ctx, agent)?;
@@ -317,23 +359,24 @@ pub fn multi(ctx: &Ctx, mode: Mode, n: u32, agent: Option<u32>) -> Result<Metric
         writers_cpu += wait_cpu(c, "dd")?;
     }
     let writers_s = t.elapsed().as_secs_f64();
-    timed_sync()?;
+    let sync_s = timed_sync()?;
     let secs = t.elapsed().as_secs_f64();
     let peak = sampler.finish();
     let mut ext = 0;
     for f in &files {
         ext += extents(Path::new(f))?;
     }
-    let total = n as f64 * ctx.sizes.multi_mib as f64;
+    let total = n as f64 * each as f64;
     let mut m = vec![
         ("MiB/s", total / secs),
         ("extents/file", ext as f64 / n as f64),
         ("writers s", writers_s),
+        ("sync s", sync_s),
         ("s", secs),
         ("peak MiB", peak.dirty_wb as f64 / MIB as f64),
     ];
     cpu.finish(ctx, writers_cpu, &mut m)?;
-    ctx.clean("multi")?;
+    ctx.clean(name)?;
     Ok(m)
 }
 
