@@ -43,6 +43,23 @@ static __always_inline struct backing_dev_info *blkdev_bdi(struct file *file)
 	return BPF_CORE_READ((struct block_device___old *)bdev, bd_bdi);
 }
 
+/* The bdi a write to inode dirties: its filesystem's, or for `blk_file`
+ * (a block device node's open file, else NULL) its disk's. */
+static __always_inline struct backing_dev_info *writer_bdi(struct inode *inode, struct file *blk_file)
+{
+	return blk_file ? blkdev_bdi(blk_file) : BPF_CORE_READ(inode, i_sb, s_bdi);
+}
+
+/* The bdi's dirty and writeback pages (its root wb's: with cgroup
+ * writeback, a cgroup's own wb counts apart). */
+static __always_inline __s64 bdi_dirty_pages(struct backing_dev_info *bdi)
+{
+	if (!bdi)
+		return 0;
+	return BPF_CORE_READ(bdi, wb.stat[0].count) +	/* WB_RECLAIMABLE */
+	       BPF_CORE_READ(bdi, wb.stat[1].count);	/* WB_WRITEBACK */
+}
+
 /* Everything an event says of the writer, the file and its device.  `file`
  * (NULL where only the inode is known) names a block device's node's open
  * file: the device is then its disk's (WB_BLOCK_DEVICE_MAGIC). */
@@ -74,17 +91,14 @@ static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct in
 		e->fs_magic = WB_BLOCK_DEVICE_MAGIC;
 		e->sb_dev = e->st_dev = BPF_CORE_READ(inode, i_rdev);
 		e->fs_root = 0;
-		bdi = blkdev_bdi(file);
-	} else {
-		bdi = BPF_CORE_READ(inode, i_sb, s_bdi);
 	}
+	bdi = writer_bdi(inode, blk ? file : NULL);
 	/* A reserved record is not zeroed: an unread name must not be the
 	 * previous record's. */
 	e->bdi[0] = 0;
 	bpf_probe_read_kernel_str(e->bdi, sizeof(e->bdi), bdi->dev_name);
 	e->bdi_bw_pages = BPF_CORE_READ(bdi, wb.avg_write_bandwidth);
-	e->bdi_dirty_pages = BPF_CORE_READ(bdi, wb.stat[0].count) +	/* WB_RECLAIMABLE */
-			     BPF_CORE_READ(bdi, wb.stat[1].count);	/* WB_WRITEBACK */
+	e->bdi_dirty_pages = bdi_dirty_pages(bdi);
 }
 
 /* Set while batched records may wait in the ring unread (see wakeup()). */

@@ -33,6 +33,36 @@ static __always_inline __u32 touch_now(void)
 #define DIRTY_GAP (2ULL << 20)
 
 /*
+ * Whether the device behind sb_dev (its bdi: bdi) holds more than its burst
+ * pool (wb_device.pool_pages): then a writer within its own burst allowance
+ * (pol's) streams too.  The allowance is for one process's short-lived
+ * files; a hundred dd of 8 MiB each, each within its 16 MiB, held 793 MiB
+ * dirty on a 100 MiB/s device, unseen: the agent had no entry for the
+ * device, so a device it has not sized gets WB_POOL_MS of the kernel's
+ * estimate.  Read at window crossings and closes only, as the policy is;
+ * counted when it decides (WB_STAT_POOL_SPENT).  Pages are taken as 4 KiB
+ * for the burst's floor (on larger pages the pool is only larger).
+ */
+static __always_inline bool pool_spent(__u32 sb_dev, struct backing_dev_info *bdi, struct wb_policy *pol)
+{
+	struct wb_device *d = bpf_map_lookup_elem(&devices, &sb_dev);
+	__s64 pages = bdi_dirty_pages(bdi);
+	__u64 pool = d ? d->pool_pages : 0;
+
+	if (pages <= 0)
+		return false;
+	if (!pool) {
+		pool = BPF_CORE_READ(bdi, wb.avg_write_bandwidth) * WB_POOL_MS / 1000;
+		if (pool < pol->burst >> 12)
+			pool = pol->burst >> 12;
+	}
+	if ((__u64)pages <= pool)
+		return false;
+	stat_inc(WB_STAT_POOL_SPENT);
+	return true;
+}
+
+/*
  * The stream logic of one write to [start, end) of an eligible file, by key:
  * sequential writes extend the stream; anything else restarts it at this
  * write, so random writers never accumulate a window and never cause a
@@ -129,7 +159,9 @@ static __always_inline void stream_advance(__u64 key, struct wb_file_stream *s, 
 	pol = current_policy(cfg);
 	s->mode = policy_mode(pol, cfg);	/* on battery, or reloaded */
 	s->window = policy_window(pol, cfg, s->sb_dev);
-	if (s->mode == WB_MODE_OFF || !proc_streaming(pol, end - s->mark)) {
+	if (s->mode == WB_MODE_OFF ||
+	    !(proc_streaming(pol, end - s->mark) ||
+	      pool_spent(s->sb_dev, writer_bdi(facts->inode, facts->blk_dev ? file : NULL), pol))) {
 		s->mark = end;
 		return;
 	}
@@ -234,8 +266,13 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 	if (cfg && s->mode != WB_MODE_OFF && s->pos > s->head) {
 		/* A file that never crossed a window is flushed at close only
 		 * for multi-file writers (tar x, cp -r). */
+		struct inode *inode = BPF_CORE_READ(file, f_inode);
+		bool blk = (BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFBLK;
+
 		pol = current_policy(cfg);
-		tail = proc_streaming(pol, s->pos - s->mark) && (s->spans || pol->multi_file);
+		tail = (proc_streaming(pol, s->pos - s->mark) ||
+			pool_spent(s->sb_dev, writer_bdi(inode, blk ? file : NULL), pol)) &&
+		       (s->spans || pol->multi_file);
 	}
 	if ((tail || s->spans) && s->ino == BPF_CORE_READ(file, f_inode, i_ino)) {
 		if (!s->spans && ring_crowded())

@@ -144,7 +144,16 @@ struct wb_device {
 	                     * no pacing to start at the first close) */
 	__u64 grain;       /* spans end at multiples of it (a power of two);
 	                    * 0: anywhere (see devices.rs, compress_grain) */
+	__u64 pool_pages;  /* the burst pool: once the device holds more dirty
+	                    * and writeback pages than this, every writer of it
+	                    * streams, within its own burst allowance or not;
+	                    * 0: not sized yet (devices/decide.rs, pool) */
 };
+
+/* A device's burst pool is this many milliseconds of its bandwidth (at
+ * least one burst allowance): the agent's estimate, or before the agent has
+ * sized it, the kernel's (the bdi's avg_write_bandwidth). */
+#define WB_POOL_MS 500
 
 /* Which write syscalls the tracepoint backend's sys_exit hook reports: all
  * of them on the tracepoint backend; on the fentry backend only those whose
@@ -205,7 +214,9 @@ enum wb_stat {
 	WB_STAT_CLOSES_SHED = 2, /* closes not reported: the ring buffer was half full */
 	WB_STAT_SELF_SYNCED = 3, /* streams left to a writer that syncs the file itself */
 	WB_STAT_USER_SHARE = 4, /* files not tracked: their writer's owner holds its share */
-	WB_STAT_MAX = 5,
+	WB_STAT_POOL_SPENT = 5, /* windows and closes of writers within their burst,
+	                         * written behind because their device's pool was spent */
+	WB_STAT_MAX = 6,
 };
 
 /* Each stat's one name, as the agent shows it (`wbctl status`, metrics, its
@@ -215,5 +226,6 @@ enum wb_stat {
 #define WB_STAT_NAME_CLOSES_SHED "closes_shed"
 #define WB_STAT_NAME_SELF_SYNCED "left_self_synced"
 #define WB_STAT_NAME_USER_SHARE "untracked_user_share"
+#define WB_STAT_NAME_POOL_SPENT "streamed_pool_spent"
 
 #endif /* WRITEBEHIND_H */

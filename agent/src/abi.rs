@@ -20,6 +20,7 @@ impl wb_stat {
         Self::WB_STAT_CLOSES_SHED,
         Self::WB_STAT_SELF_SYNCED,
         Self::WB_STAT_USER_SHARE,
+        Self::WB_STAT_POOL_SPENT,
     ];
 
     /// The counter's one name (WB_STAT_NAME_* in bpf/writebehind.h), as
@@ -32,6 +33,7 @@ impl wb_stat {
             Self::WB_STAT_CLOSES_SHED => WB_STAT_NAME_CLOSES_SHED,
             Self::WB_STAT_SELF_SYNCED => WB_STAT_NAME_SELF_SYNCED,
             Self::WB_STAT_USER_SHARE => WB_STAT_NAME_USER_SHARE,
+            Self::WB_STAT_POOL_SPENT => WB_STAT_NAME_POOL_SPENT,
             Self::WB_STAT_MAX => b"\0",
         };
         header_str(name)
@@ -256,7 +258,7 @@ mod tests {
         assert_eq!(wb_stat::WB_STAT_RB_DROPS.name(), "ring_buffer_drops");
         assert_eq!(
             wb_stat::summary(|s| s as u64),
-            "ring_buffer_drops=0 untracked_map_full=1 closes_shed=2 left_self_synced=3 untracked_user_share=4"
+            "ring_buffer_drops=0 untracked_map_full=1 closes_shed=2 left_self_synced=3 untracked_user_share=4 streamed_pool_spent=5"
         );
     }
 

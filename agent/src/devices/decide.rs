@@ -69,6 +69,13 @@ const FAST_DEVICE: u64 = 1 << 30;
 pub const SMALL_FILES: u64 = 1 << 20;
 /// The budget is rewritten only when it moved by more than this fraction.
 const BUDGET_SLACK: f64 = 0.1;
+/// A device's writers within their burst allowances hold at most this many
+/// seconds of its bandwidth (at least one root-policy burst) before every
+/// writer of it streams (BPF's pool_spent): half of what pacing holds it
+/// to (bandwidth::DEVICE_SECONDS), so that the pool's writers are paced
+/// before the device passes its bound.  A hundred dd of 15 MiB each, each
+/// within its 16 MiB burst, held 1.5 GB on a 100 MiB/s device unseen.
+pub(super) const POOL_SECONDS: f64 = crate::abi::WB_POOL_MS as f64 / 1000.0;
 
 /// The root policy's figures a device's tick reads.
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +88,8 @@ pub(super) struct Figures {
     pub fixed_window: u64,
     pub in_flight_seconds: f64,
     pub stream_dirty: u64,
+    /// One process's burst allowance.
+    pub burst: u64,
 }
 
 /// What the device's record, and the part it shares with its flusher
@@ -149,6 +158,8 @@ pub(super) struct Decision {
     pub fast: bool,
     /// The device may be paced now (batch_closes).
     pub pacing: bool,
+    /// The device's burst pool, bytes (BPF's wb_device.pool_pages).
+    pub pool: u64,
     pub action: Action,
 }
 
@@ -220,7 +231,13 @@ pub(super) fn decide(i: &Inputs) -> Decision {
     } else {
         Action::Keep
     };
-    Decision { chunk, window, floor, fast, pacing, action }
+    Decision { chunk, window, floor, fast, pacing, pool: pool(d.bw.max(d.capacity), f.burst), action }
+}
+
+/// The burst pool of a device that writes `bw`: POOL_SECONDS of it, at
+/// least one process's `burst`.
+pub(super) fn pool(bw: u64, burst: u64) -> u64 {
+    bandwidth::round_pages(((bw as f64 * POOL_SECONDS) as u64).max(burst))
 }
 
 /// What a device to be paced, with a writer that counts (or one LINGER
@@ -281,20 +298,25 @@ pub(super) fn batch_closes(budget: u64, pacing: bool, knobs: bool, stepped_aside
     budget != 0 || !pacing || !knobs || stepped_aside()
 }
 
-/// What BPF was last told of a device (wb_device's bw, batch_closes, floor).
+/// What BPF was last told of a device (wb_device's bw, batch_closes,
+/// floor, pool_pages in bytes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Pushed {
     pub bw: u64,
     pub batch: bool,
     pub floor: u64,
+    pub pool: u64,
 }
 
-/// What BPF is to be told, if what it was told (`pushed`; None: not known,
-/// an insert failed) is out of date: the bandwidth moved by more than a
-/// twentieth, or batching or the floor changed.
-pub(super) fn push(pushed: Option<Pushed>, bw: u64, batch: bool, floor: u64) -> Option<Pushed> {
-    let stale = pushed.is_none_or(|p| bw.abs_diff(p.bw) * 20 > p.bw || batch != p.batch || floor != p.floor);
-    stale.then_some(Pushed { bw, batch, floor })
+/// What BPF is to be told (`next`), if what it was told (`pushed`; None:
+/// not known, an insert failed) is out of date: the bandwidth or the pool
+/// moved by more than a twentieth, or batching or the floor changed.
+pub(super) fn push(pushed: Option<Pushed>, next: Pushed) -> Option<Pushed> {
+    let moved = |now: u64, was: u64| now.abs_diff(was) * 20 > was;
+    let stale = pushed.is_none_or(|p| {
+        moved(next.bw, p.bw) || moved(next.pool, p.pool) || next.batch != p.batch || next.floor != p.floor
+    });
+    stale.then_some(next)
 }
 
 /// Whether what a device's last writer (at `last_busy`) left could still

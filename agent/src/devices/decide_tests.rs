@@ -28,6 +28,7 @@ fn disk() -> Inputs {
             fixed_window: policy.initial_window(),
             in_flight_seconds: policy.in_flight_seconds,
             stream_dirty: policy.stream_dirty.0,
+            burst: policy.burst.0,
         },
         yield_global: false,
         active: ONE,
@@ -309,15 +310,32 @@ fn bpf_batches_closes_of_a_device_paced_or_never_to_be_and_is_told_what_moved() 
     assert!(batch_closes(0, true, false, asked), "no knobs");
     assert!(batch_closes(0, true, true, || true), "the agent stepped aside");
     assert!(!batch_closes(0, true, true, || false), "to be paced, not yet: closes go to the agent at once");
-    let was = Pushed { bw: 100 * MIB, batch: false, floor: MIB };
+    let was = Pushed { bw: 100 * MIB, batch: false, floor: MIB, pool: 100 * MIB };
     let told = Some(was);
-    assert_eq!(push(told, 105 * MIB, false, MIB), None, "a twentieth: not worth a write");
-    assert_eq!(push(told, 95 * MIB, false, MIB), None);
+    assert_eq!(push(told, Pushed { bw: 105 * MIB, ..was }), None, "a twentieth: not worth a write");
+    assert_eq!(push(told, Pushed { bw: 95 * MIB, pool: 95 * MIB, ..was }), None);
     let moved = 105 * MIB + 4096;
-    assert_eq!(push(told, moved, false, MIB), Some(Pushed { bw: moved, ..was }));
-    assert_eq!(push(told, 100 * MIB, true, MIB), Some(Pushed { batch: true, ..was }));
-    assert_eq!(push(told, 100 * MIB, false, 2 * MIB), Some(Pushed { floor: 2 * MIB, ..was }));
+    assert_eq!(push(told, Pushed { bw: moved, ..was }), Some(Pushed { bw: moved, ..was }));
+    assert_eq!(push(told, Pushed { pool: moved, ..was }), Some(Pushed { pool: moved, ..was }));
+    assert_eq!(push(told, Pushed { batch: true, ..was }), Some(Pushed { batch: true, ..was }));
+    assert_eq!(push(told, Pushed { floor: 2 * MIB, ..was }), Some(Pushed { floor: 2 * MIB, ..was }));
     let new = Some(Pushed::default());
-    assert!(push(new, 0, false, 0).is_none() && push(new, 1, false, 0).is_some());
-    assert_eq!(push(None, 100 * MIB, false, MIB), Some(was), "an insert failed: pushed again");
+    assert!(push(new, Pushed::default()).is_none() && push(new, Pushed { bw: 1, ..Pushed::default() }).is_some());
+    assert_eq!(push(None, was), Some(was), "an insert failed: pushed again");
+}
+
+#[test]
+fn the_burst_pool_is_a_second_of_the_device_and_at_least_one_burst() {
+    let burst = Policy::embedded_default().burst.0;
+    assert_eq!(pool(100 * MIB, burst), 100 * MIB, "a second at 100 MiB/s");
+    assert_eq!(pool(4 * MIB, burst), burst, "a slow stick: one process's burst");
+    // What the tick decides from: the faster of its estimate and capacity.
+    let mut i = fast_disk();
+    i.device.bw = 200 * MIB;
+    assert_eq!(decide(&i).pool, 2 * GIB);
+    // Within the 2 s of bandwidth that pacing holds the device to.
+    assert!(
+        pool(100 * MIB, burst)
+            <= bandwidth::dirty_budget(100 * MIB, 0.1, 32 * MIB, 3 * MIB, Active { writers: 30, windowed: 30 })
+    );
 }

@@ -69,9 +69,16 @@ impl Device {
         }
     }
 
-    /// What BPF knows of the device (for each of its superblocks).
-    pub(super) fn entry(&self, bw: u64, floor: u64, batch_closes: bool) -> wb_device {
-        wb_device { bw, floor, batch_closes: batch_closes as u64, grain: self.shared.grain }
+    /// What BPF knows of the device (for each of its superblocks), told
+    /// `p` (its pool in pages of `page_size`).
+    pub(super) fn entry(&self, p: Pushed, page_size: u64) -> wb_device {
+        wb_device {
+            bw: p.bw,
+            floor: p.floor,
+            batch_closes: p.batch as u64,
+            grain: self.shared.grain,
+            pool_pages: p.pool / page_size.max(1),
+        }
     }
 
     /// The smallest window and chunk worth a sync_file_range at bw

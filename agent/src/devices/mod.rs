@@ -217,8 +217,11 @@ impl Devices {
                 }
             }
             if let Some(m) = &mut self.map {
+                // What the others were told, or before the first tick, no
+                // pool yet.
                 let bw = dev.shared.bandwidth();
-                let entry = dev.entry(bw, dev.floor(bw), dev.pushed.is_some_and(|p| p.batch));
+                let told = dev.pushed.unwrap_or_default();
+                let entry = dev.entry(Pushed { bw, floor: dev.floor(bw), ..told }, self.page_size);
                 if let Err(e) = m.insert(ev.sb_dev, entry, 0) {
                     self.map_failures.note(&mut dev.pushed, &bdi, &e, Instant::now());
                 }
@@ -409,10 +412,11 @@ impl Devices {
             }
         }
         let batch = decide::batch_closes(dev.budget, decision.pacing, dev.knobs, || self.pacer.stepped_aside(bdi));
-        if let Some(next) = decide::push(dev.pushed, bw, batch, decision.floor)
+        let next = Pushed { bw, batch, floor: decision.floor, pool: decision.pool };
+        if let Some(next) = decide::push(dev.pushed, next)
             && let Some(m) = &mut self.map
         {
-            let entry = dev.entry(bw, decision.floor, batch);
+            let entry = dev.entry(next, self.page_size);
             let insert = |sb| m.insert(sb, entry, 0);
             let sbs = dev.sb_devs.iter().copied();
             if push::push(&mut dev.pushed, next, sbs, insert, &mut self.map_failures, bdi, inputs.now) {
@@ -433,6 +437,7 @@ impl Devices {
             fixed_window: self.initial_window(),
             in_flight_seconds: self.policy.in_flight_seconds,
             stream_dirty: self.policy.stream_dirty.0,
+            burst: self.policy.burst.0,
         };
         let pacer = PacerView {
             // The lever as read when the device was first seen (a bdi keeps

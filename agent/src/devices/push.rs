@@ -86,9 +86,10 @@ mod tests {
     fn a_failed_insert_is_not_recorded_as_pushed_and_the_next_tick_tries_again() {
         let now = Instant::now();
         let mut failures = Failures::default();
-        let told = Pushed { bw: 100 << 20, batch: false, floor: 1 << 20 };
+        let told = Pushed { bw: 100 << 20, batch: false, floor: 1 << 20, pool: 100 << 20 };
         let mut pushed = Some(told);
-        let next = decide::push(pushed, 100 << 20, true, 1 << 20).expect("batching changed");
+        let batched = Pushed { batch: true, ..told };
+        let next = decide::push(pushed, batched).expect("batching changed");
         let mut tried = Vec::new();
         let failing = |sb: u32| {
             tried.push(sb);
@@ -98,11 +99,11 @@ mod tests {
         assert_eq!(tried, [1, 2, 3], "every superblock tried");
         assert_eq!(pushed, None, "not recorded");
         // The next tick, nothing moved: pushed again all the same.
-        let again = decide::push(pushed, 100 << 20, true, 1 << 20).expect("BPF's entry not known");
+        let again = decide::push(pushed, batched).expect("BPF's entry not known");
         assert_eq!(again, next);
         assert!(push(&mut pushed, again, [1, 2, 3], |_| Ok::<_, &str>(()), &mut failures, "7:0", now));
         assert_eq!(pushed, Some(next));
-        assert_eq!(decide::push(pushed, 100 << 20, true, 1 << 20), None, "then not again");
+        assert_eq!(decide::push(pushed, batched), None, "then not again");
     }
 
     #[test]
