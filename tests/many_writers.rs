@@ -10,19 +10,22 @@ use wb_tests::*;
 /// window (under 1 GiB/s), as a disk or a stick is.
 const RATE: u64 = 100 * MIB;
 
-/// Writers and what each writes: 8 MiB, within the 16 MiB burst allowance
-/// every process gets, 800 MiB in all.  Without the daemon it all stays
+/// Writers and what each writes: 12 MiB, within the 16 MiB burst allowance
+/// every process gets, 1.2 GiB in all.  Without the daemon it all stays
 /// dirty (the kernel's background threshold is far above it here).
 const WRITERS: u64 = 100;
-const EACH_MIB: u64 = 8;
+const EACH_MIB: u64 = 12;
 
-/// The goal is 2 s of the device (bandwidth::DEVICE_SECONDS).  The
-/// first burst passes it: each writer dirties up to one poll interval of
-/// balance_dirty_pages (its nr_dirtied_pause, a few MiB while the global
-/// limits are far) after the cap is set before the kernel throttles it.
-/// Measured with the daemon, five runs: 159-262 MiB (dirty alone 126-152);
-/// without it 752-795 MiB.
-const BOUND: u64 = 3 * RATE;
+/// What the device may hold.  The goal is 2 s of it (bandwidth::
+/// DEVICE_SECONDS), which the daemon's cap says; the writers' first burst
+/// passes it.  The cap is set once the device holds its pool and four
+/// windows more (about 60 MiB here), and each writer then still dirties
+/// what its last balance_dirty_pages allowed it before the kernel throttles
+/// it.  With 100 x 8 MiB the device held 126-337 MiB at its peak (bench,
+/// ext4, xfs, btrfs; this test 159-262 MiB on ext4 in five runs), without
+/// the daemon 752-799.  Twice the goal, so that CI's runs do not trip on
+/// the burst's spread.
+const BOUND: u64 = 4 * RATE;
 
 /// `n` dd processes at once, `mib` each, into `dir`; the device's peak
 /// dirty + writeback while they run and the seconds to `sync` done.
