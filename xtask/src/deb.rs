@@ -40,14 +40,19 @@ pub struct Args {
 }
 
 pub fn main(args: &Args) -> Result<()> {
-    let check = args.check;
-    crate::cargo(&["build", "--release", "-p", "writebehindd"])?;
-    let deb = build()?;
-    println!("built {} ({} KiB)", deb.display(), fs::metadata(&deb)?.len() / 1024);
-    if check {
+    let deb = package()?;
+    if args.check {
         check::run(&deb)?;
     }
     Ok(())
+}
+
+/// The release build, packed: the .deb's path.
+pub fn package() -> Result<PathBuf> {
+    crate::cargo(&["build", "--release", "-p", "writebehindd"])?;
+    let deb = build()?;
+    println!("built {} ({} KiB)", deb.display(), fs::metadata(&deb)?.len() / 1024);
+    Ok(deb)
 }
 
 /// Stages the package's tree under target/deb/root and packs it.
