@@ -71,10 +71,12 @@ pub const SMALL_FILES: u64 = 1 << 20;
 const BUDGET_SLACK: f64 = 0.1;
 /// A device's writers within their burst allowances hold at most this many
 /// seconds of its bandwidth (at least one root-policy burst) before every
-/// writer of it streams (BPF's pool_spent): half of what pacing holds it
-/// to (bandwidth::DEVICE_SECONDS), so that the pool's writers are paced
-/// before the device passes its bound.  A hundred dd of 15 MiB each, each
-/// within its 16 MiB burst, held 1.5 GB on a 100 MiB/s device unseen.
+/// writer of it streams (BPF's pool_spent), and while it holds more, it is
+/// paced.  A quarter of what pacing holds it to (bandwidth::
+/// DEVICE_SECONDS): the writers' first burst passes the cap by 80-290 MiB
+/// at 100 MiB/s.  A hundred dd of 8 MiB each, each within its 16 MiB
+/// burst, held 792 MiB on a 100 MiB/s device unseen; with a pool of a
+/// second, 204-262 MiB, of half a second 159-211.
 pub(super) const POOL_SECONDS: f64 = crate::abi::WB_POOL_MS as f64 / 1000.0;
 
 /// The root policy's figures a device's tick reads.
@@ -111,8 +113,9 @@ pub(super) struct DeviceView {
     pub fast: bool,
     /// Capped before it was known to be fast.
     pub capped_slow: bool,
-    /// Dirty + writeback bytes at its latest event.
+    /// Dirty + writeback bytes at its latest event, and when that was.
     pub dirty: u64,
+    pub last_event: Instant,
     /// The dirty cap the agent set, 0 when not pacing.
     pub budget: u64,
     /// When a writer last counted for pacing, and one of small files.
@@ -218,7 +221,16 @@ pub(super) fn decide(i: &Inputs) -> Decision {
     // BPF sizes each writer's window from bw with its own policy; the
     // root policy's window here sizes batches and the dirty budget.
     let window = f.sizing.map_or(f.fixed_window, |z| z.window(d.bw, floor));
-    let busy = i.active.writers > 0 || within_linger(d.last_busy, i.now);
+    let pool = pool(d.bw.max(d.capacity), f.burst);
+    // What the device holds, whoever wrote it: while it holds more than
+    // its pool, as its latest event said, it is paced with no writer
+    // counting, until what that event counted could have drained.  A
+    // thousand dd of 2 MiB each, each gone within a second, let pacing end
+    // four times while the device held 0.2-0.9 GB (1.1-1.2 GB at its
+    // peak): the cap held the writers in balance_dirty_pages, where they
+    // send no event, for longer than LINGER.
+    let crowded = d.dirty > pool && not_drained(d.dirty, d.bw.max(d.capacity), Some(d.last_event), i.now);
+    let busy = i.active.writers > 0 || within_linger(d.last_busy, i.now) || crowded;
     let action = if pacing && d.budget != 0 && d.stalled {
         // Its writers wait for it whatever the cap; what it holds is
         // counted for the others' sake (at least the budget: `dirty` is
@@ -231,7 +243,7 @@ pub(super) fn decide(i: &Inputs) -> Decision {
     } else {
         Action::Keep
     };
-    Decision { chunk, window, floor, fast, pacing, pool: pool(d.bw.max(d.capacity), f.burst), action }
+    Decision { chunk, window, floor, fast, pacing, pool, action }
 }
 
 /// The burst pool of a device that writes `bw`: POOL_SECONDS of it, at

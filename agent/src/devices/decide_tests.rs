@@ -42,6 +42,7 @@ fn disk() -> Inputs {
             fast: false,
             capped_slow: false,
             dirty: 8 * MIB,
+            last_event: Instant::now(),
             budget: 0,
             last_busy: None,
             last_small_files: None,
@@ -325,17 +326,46 @@ fn bpf_batches_closes_of_a_device_paced_or_never_to_be_and_is_told_what_moved() 
 }
 
 #[test]
-fn the_burst_pool_is_a_second_of_the_device_and_at_least_one_burst() {
+fn the_burst_pool_is_half_a_second_of_the_device_and_at_least_one_burst() {
     let burst = Policy::embedded_default().burst.0;
-    assert_eq!(pool(100 * MIB, burst), 100 * MIB, "a second at 100 MiB/s");
+    assert_eq!(pool(100 * MIB, burst), 50 * MIB, "half a second at 100 MiB/s");
     assert_eq!(pool(4 * MIB, burst), burst, "a slow stick: one process's burst");
     // What the tick decides from: the faster of its estimate and capacity.
     let mut i = fast_disk();
     i.device.bw = 200 * MIB;
-    assert_eq!(decide(&i).pool, 2 * GIB);
+    assert_eq!(decide(&i).pool, GIB);
     // Within the 2 s of bandwidth that pacing holds the device to.
     assert!(
         pool(100 * MIB, burst)
             <= bandwidth::dirty_budget(100 * MIB, 0.1, 32 * MIB, 3 * MIB, Active { writers: 30, windowed: 30 })
     );
+}
+
+#[test]
+fn a_device_holding_more_than_its_pool_is_paced_whoever_wrote_it() {
+    // A thousand short-lived writers: none counts at the tick.
+    let mut i = disk();
+    i.active = Active::default();
+    let pool = decide(&i).pool;
+    i.device.dirty = pool + MIB;
+    let budget = budget_at(&i, i.device.bw, Active::default());
+    assert_eq!(
+        action(&i),
+        Action::Cap { budget, why: Some("under 1 GiB/s: capped at a writer's first window"), capped_slow: true }
+    );
+    // Paced, it stays so while the device holds more than its pool.
+    i.device.budget = budget;
+    i.pacer.is_paced = true;
+    assert_eq!(action(&i), Action::Keep);
+    // Its writers wait under the cap and send no event: paced until what
+    // the latest event counted could have drained at its bandwidth.
+    i.device.last_event = i.now - LINGER;
+    assert_eq!(action(&i), Action::Keep);
+    let drain = Duration::from_secs_f64(i.device.dirty as f64 / i.device.bw as f64);
+    i.device.last_event = i.now - LINGER - drain;
+    assert_eq!(action(&i), Action::Release { why: ReleaseWhy::Unpaced });
+    // Nor once it holds less.
+    i.device.last_event = i.now;
+    i.device.dirty = pool;
+    assert_eq!(action(&i), Action::Release { why: ReleaseWhy::Unpaced });
 }

@@ -104,6 +104,7 @@ impl Device {
             fast: self.fast,
             capped_slow: self.capped_slow,
             dirty: self.dirty,
+            last_event: self.last_event,
             budget: self.budget,
             last_busy: self.last_busy,
             last_small_files: self.last_small_files,
