@@ -7,8 +7,6 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader, Write},
-    os::unix::net::UnixStream,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::atomic::{AtomicBool, Ordering},
@@ -22,6 +20,7 @@ use super::{
     modes::{self, Mode},
     report::{self, Run},
     scenarios::{self, Ctx, Metrics, Sizes},
+    socket,
 };
 
 /// The flood measures the agent, not the device: paced (the default), its
@@ -367,20 +366,9 @@ fn status_kib(pid: u32, key: &str) -> Result<u64> {
         .with_context(|| format!("no {key} in /proc/{pid}/status"))
 }
 
-/// `status` on the control socket (the protocol of agent/src/status.rs, v1):
-/// its answer's `data`.
-pub(super) fn status_answer(socket: &Path) -> Result<serde_json::Value> {
-    let mut s = UnixStream::connect(socket).with_context(|| format!("connecting {}", socket.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(b"{\"v\":1,\"cmd\":\"status\"}\n")?;
-    let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line)?;
-    let mut v: serde_json::Value = serde_json::from_str(&line)?;
-    v.get_mut("data").map(serde_json::Value::take).with_context(|| format!("status refused: {line}"))
-}
-
+/// `status` on the control socket: the counters and uptime.
 fn status(socket: &Path) -> Result<Snapshot> {
-    let data = status_answer(socket)?;
+    let data = socket::status(socket)?;
     Ok(Snapshot {
         uptime: data["uptime_s"].as_f64().unwrap_or(0.0),
         counters: serde_json::from_value(data["counters"].clone())?,

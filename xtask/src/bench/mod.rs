@@ -18,6 +18,7 @@ pub(crate) mod modes;
 mod probes;
 mod report;
 pub(crate) mod scenarios;
+mod socket;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

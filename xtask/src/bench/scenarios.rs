@@ -333,7 +333,7 @@ fn slowest_status(socket: &Path, stop: &std::sync::atomic::AtomicBool) -> Result
     let mut slowest: f64 = 0.0;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let t = Instant::now();
-        super::cost::status_answer(socket)?;
+        super::socket::status(socket)?;
         slowest = slowest.max(t.elapsed().as_secs_f64() * 1000.0);
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
