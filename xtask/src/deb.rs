@@ -40,19 +40,14 @@ pub struct Args {
 }
 
 pub fn main(args: &Args) -> Result<()> {
-    let deb = package()?;
-    if args.check {
-        check::run(&deb)?;
-    }
-    Ok(())
-}
-
-/// The release build, packed: the .deb's path.
-pub fn package() -> Result<PathBuf> {
+    let check = args.check;
     crate::cargo(&["build", "--release", "-p", "writebehindd"])?;
     let deb = build()?;
     println!("built {} ({} KiB)", deb.display(), fs::metadata(&deb)?.len() / 1024);
-    Ok(deb)
+    if check {
+        check::run(&deb)?;
+    }
+    Ok(())
 }
 
 /// Stages the package's tree under target/deb/root and packs it.

@@ -348,10 +348,8 @@ pub fn disk_of(dir: &Path, disk: &Path) -> Result<()> {
 }
 
 /// Boots `kernel` on the image with `share` as its second disk (and
-/// `sticks`, if any, on a USB controller), echoing the serial console
-/// unless `beside` (then qemu runs under SCHED_IDLE, beside the host
-/// tests, as vmtest's guest does); returns it once the guest powers off
-/// (or at `timeout`).
+/// `sticks`, if any, on a USB controller), echoing the serial console;
+/// returns it once the guest powers off (or at `timeout`).
 /// The guest may reboot `reboots` times (the snapshot lives as long as
 /// qemu); a kernel panic (panic=-1 reboots at once) or one reboot more
 /// ends the run.
@@ -362,16 +360,8 @@ pub fn boot(
     sticks: Option<&Sticks>,
     timeout: Duration,
     reboots: usize,
-    beside: bool,
 ) -> Result<Vec<String>> {
-    let mut qemu = if beside {
-        let mut c = Command::new("chrt");
-        c.args(["--idle", "0", "timeout"]);
-        c
-    } else {
-        Command::new("timeout")
-    };
-    let mut qemu = qemu
+    let mut qemu = Command::new("timeout")
         .args(["--signal=KILL", &timeout.as_secs().to_string(), "qemu-system-x86_64"])
         .args(["-m", "2G", "-smp", "2", "-accel", "tcg,thread=multi", "-cpu", "max"])
         // No network: the test must not need one (and no iPXE ROM to run).
@@ -397,9 +387,7 @@ pub fn boot(
         .context("starting qemu")?;
     let pid = qemu.id() as i32;
     console(&mut qemu, |line, log| {
-        if !beside {
-            println!("{line}");
-        }
+        println!("{line}");
         if let Some(Err(e)) = sticks.map(|s| s.relay(line)) {
             println!("sticks: {e:#}");
         }

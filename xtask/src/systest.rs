@@ -70,13 +70,6 @@ const TIMEOUT_QUICK: Duration = Duration::from_secs(12 * 60);
 /// and 5.10 and 7.2 in vmtest --quick made CI's run 63 min.  The full
 /// systest boots all four.
 const QUICK_KERNELS: &[&str] = &["6.1", "6.12", kernels::NEWEST];
-/// Of those, what `cargo xtask test` boots beside the host tests once
-/// vmtest's guest is done there (at idle priority, as that one): 6.12,
-/// which goes from its boot checks to its sticks (LIFE_QUICK), 232 s alone.
-/// The host tests take about 20 minutes and vmtest's guest about 15 of
-/// them; the rest, after the host tests, took 27 minutes of a 49-minute CI
-/// run with all three.
-pub const QUICK_BESIDE: &[&str] = &["6.12"];
 /// The quick run's kernels whose second boot checks the service's life
 /// before the sticks: 6.1 (Debian 12, systemd 252, the global lever) and
 /// the newest (Debian 13, systemd 257).  6.12 has the newest's Debian and
@@ -273,15 +266,6 @@ pub struct Args {
     /// only build (or find) the guests' images, booting nothing
     #[arg(long)]
     pub images: bool,
-    /// booted beside the host tests (`cargo xtask test`): qemu at idle
-    /// priority, its console kept to its summary
-    #[arg(skip)]
-    pub beside: bool,
-}
-
-/// The quick run's kernels but those booted beside the host tests.
-pub fn quick_after_host_tests() -> Vec<&'static str> {
-    QUICK_KERNELS.iter().copied().filter(|k| !QUICK_BESIDE.contains(k)).collect()
 }
 
 pub fn main(args: &Args) -> Result<()> {
@@ -328,15 +312,10 @@ pub fn main(args: &Args) -> Result<()> {
         let started = Instant::now();
         // One reboot: the test's first boot installs, the second checks the
         // service starts at boot.
-        // Beside the host tests its pace is what they leave it.
-        let timeout = match (quick, args.beside) {
-            (true, false) => TIMEOUT_QUICK,
-            (true, true) => 2 * TIMEOUT_QUICK,
-            (false, _) => TIMEOUT_FULL,
-        };
+        let timeout = if quick { TIMEOUT_QUICK } else { TIMEOUT_FULL };
         let (log, retry) = guest::boot_retrying("systest: ", || {
             let sticks = guest::Sticks::new(&dir.join("sticks"), STICK_SIZE, STICK_BPS)?;
-            guest::boot(&image, &kernel, &disk, Some(&sticks), timeout, 1, args.beside)
+            guest::boot(&image, &kernel, &disk, Some(&sticks), timeout, 1)
         })?;
         let (exit, mut lines) = results(&log);
         if let Some(reason) = retry {
