@@ -62,6 +62,23 @@ static __always_inline bool pool_spent(__u32 sb_dev, struct backing_dev_info *bd
 	return true;
 }
 
+/* Whether the current process streams with `bytes` more of sequential data
+ * to the device behind sb_dev (pol its policy): beyond its burst allowance,
+ * or within it on a device whose pool is spent.  `file`: the write's open
+ * file (NULL for a mapped stream), whose bdi is its disk's when it is a
+ * block device's node.  The device is read only for a process within its
+ * allowance. */
+static __always_inline bool writer_streams(struct wb_policy *pol, __u64 bytes, __u32 sb_dev, struct inode *inode,
+					   struct file *file)
+{
+	bool blk;
+
+	if (proc_streaming(pol, bytes))
+		return true;
+	blk = file && (BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFBLK;
+	return pool_spent(sb_dev, writer_bdi(inode, blk ? file : NULL), pol);
+}
+
 /*
  * The stream logic of one write to [start, end) of an eligible file, by key:
  * sequential writes extend the stream; anything else restarts it at this
@@ -159,9 +176,7 @@ static __always_inline void stream_advance(__u64 key, struct wb_file_stream *s, 
 	pol = current_policy(cfg);
 	s->mode = policy_mode(pol, cfg);	/* on battery, or reloaded */
 	s->window = policy_window(pol, cfg, s->sb_dev);
-	if (s->mode == WB_MODE_OFF ||
-	    !(proc_streaming(pol, end - s->mark) ||
-	      pool_spent(s->sb_dev, writer_bdi(facts->inode, facts->blk_dev ? file : NULL), pol))) {
+	if (s->mode == WB_MODE_OFF || !writer_streams(pol, end - s->mark, s->sb_dev, facts->inode, file)) {
 		s->mark = end;
 		return;
 	}
@@ -266,12 +281,8 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 	if (cfg && s->mode != WB_MODE_OFF && s->pos > s->head) {
 		/* A file that never crossed a window is flushed at close only
 		 * for multi-file writers (tar x, cp -r). */
-		struct inode *inode = BPF_CORE_READ(file, f_inode);
-		bool blk = (BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFBLK;
-
 		pol = current_policy(cfg);
-		tail = (proc_streaming(pol, s->pos - s->mark) ||
-			pool_spent(s->sb_dev, writer_bdi(inode, blk ? file : NULL), pol)) &&
+		tail = writer_streams(pol, s->pos - s->mark, s->sb_dev, BPF_CORE_READ(file, f_inode), file) &&
 		       (s->spans || pol->multi_file);
 	}
 	if ((tail || s->spans) && s->ino == BPF_CORE_READ(file, f_inode, i_ino)) {

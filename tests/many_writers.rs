@@ -44,7 +44,8 @@ fn dd_at_once(fs: &Mounted, n: u64, mib: u64) -> Result<(Peak, f64)> {
 }
 
 /// A hundred processes, each within its burst allowance: before, none of
-/// them was seen, and the device held all 800 MiB, as with no daemon.  Now
+/// them was seen, and the device held all of their 1.2 GiB, as with no
+/// daemon.  Now
 /// once the device holds its burst pool, each of them streams, and the
 /// device is paced to its bound.
 #[test]

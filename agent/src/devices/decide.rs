@@ -221,7 +221,8 @@ pub(super) fn decide(i: &Inputs) -> Decision {
     // BPF sizes each writer's window from bw with its own policy; the
     // root policy's window here sizes batches and the dirty budget.
     let window = f.sizing.map_or(f.fixed_window, |z| z.window(d.bw, floor));
-    let pool = pool(d.bw.max(d.capacity), f.burst);
+    // Sized by what it has shown it can write (never below its estimate).
+    let pool = pool(d.capacity, f.burst);
     // What the device holds, whoever wrote it: while it holds more than
     // its pool, as its latest event said, it is paced with no writer
     // counting, until what that event counted could have drained.  A
@@ -229,7 +230,7 @@ pub(super) fn decide(i: &Inputs) -> Decision {
     // four times while the device held 0.2-0.9 GB (1.1-1.2 GB at its
     // peak): the cap held the writers in balance_dirty_pages, where they
     // send no event, for longer than LINGER.
-    let crowded = d.dirty > pool && not_drained(d.dirty, d.bw.max(d.capacity), Some(d.last_event), i.now);
+    let crowded = d.dirty > pool && not_drained(d.dirty, d.capacity, Some(d.last_event), i.now);
     let busy = i.active.writers > 0 || within_linger(d.last_busy, i.now) || crowded;
     let action = if pacing && d.budget != 0 && d.stalled {
         // Its writers wait for it whatever the cap; what it holds is

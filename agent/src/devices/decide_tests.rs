@@ -330,7 +330,7 @@ fn the_burst_pool_is_half_a_second_of_the_device_and_at_least_one_burst() {
     let burst = Policy::embedded_default().burst.0;
     assert_eq!(pool(100 * MIB, burst), 50 * MIB, "half a second at 100 MiB/s");
     assert_eq!(pool(4 * MIB, burst), burst, "a slow stick: one process's burst");
-    // What the tick decides from: the faster of its estimate and capacity.
+    // What the tick decides from: its capacity, not its estimate.
     let mut i = fast_disk();
     i.device.bw = 200 * MIB;
     assert_eq!(decide(&i).pool, GIB);

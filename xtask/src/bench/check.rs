@@ -44,10 +44,6 @@ const FIGURES: [(&str, &str, f64, bool); 16] = [
     ("tar ", "to sync done s", 0.2, false),
     ("multi 10 ", "extents/file", 1.0, false),
     ("multi 10 ", "MiB/s", 3.0, true),
-    // The image's floors (three quick runs at 30 MiB/s: the daemon's close
-    // 0.11-0.18 s, its peak 20-30 MiB, its total 8.54-8.58 s; the device's
-    // count at exit the whole image in every run, so half a MiB names any
-    // loss).
     // Many writers at once: three quick runs of the same code moved the
     // daemon's peak by up to 210 MiB (100 x 8 MiB on xfs: 126-337, the
     // writers' first burst), its total by 0.2 s, its sync by 1.3 s (ext4
@@ -55,6 +51,10 @@ const FIGURES: [(&str, &str, f64, bool); 16] = [
     ("many ", "peak MiB", 48.0, false),
     ("many ", "s", 0.3, false),
     ("many ", "sync s", 0.5, false),
+    // The image's floors (three quick runs at 30 MiB/s: the daemon's close
+    // 0.11-0.18 s, its peak 20-30 MiB, its total 8.54-8.58 s; the device's
+    // count at exit the whole image in every run, so half a MiB names any
+    // loss).
     ("image ", "close s", 0.3, false),
     ("image ", "peak MiB", 8.0, false),
     ("image ", "total s", 0.3, false),

@@ -473,14 +473,13 @@ fn bench_device(
                         let active = modes::activate(mode, &fs.bdi()?, rate, daemon)?;
                         let seen = modes::LockSeen::now();
                         let agent = active.daemon().map(|d| d.pid());
-                        let socket = active.daemon().map(|d| d.socket());
                         let (metrics, series) = match (scenario, variant) {
                             ("copy", _) => scenarios::copy(&ctx, mode, agent)?,
                             ("tar", _) => (scenarios::tar(&ctx, mode, agent)?, vec![]),
                             ("multi", Some((n, _))) => (scenarios::multi(&ctx, mode, n, agent)?, vec![]),
                             ("many", Some((n, mib))) => {
-                                let daemon = agent.zip(socket.as_deref());
-                                (scenarios::many(&ctx, mode, n, mib, daemon)?, vec![])
+                                let socket = active.daemon().map(|d| d.socket());
+                                (scenarios::many(&ctx, mode, n, mib, agent.zip(socket.as_deref()))?, vec![])
                             }
                             ("overwrite", _) => (scenarios::overwrite(&ctx, mode)?, vec![]),
                             ("tempfile", _) => (scenarios::tempfile(&ctx, mode)?, vec![]),

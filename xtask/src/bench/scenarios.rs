@@ -346,14 +346,15 @@ fn slowest_status(socket: &Path, stop: &std::sync::atomic::AtomicBool) -> Result
 fn writers(ctx: &Ctx, mode: Mode, n: u32, mib: u64, name: &str, agent: Option<u32>) -> Result<Metrics> {
     let dir = ctx.clean(name)?;
     std::fs::create_dir_all(&dir)?;
-    let each = mib;
-    let mib = mib.to_string();
+    let count = mib.to_string();
     let files: Vec<String> = (0..n).map(|i| dir.join(format!("w{i}")).display().to_string()).collect();
     let sampler = sampler(ctx)?;
     let cpu = CpuMeter::start(ctx, agent)?;
     let t = Instant::now();
-    let children =
-        files.iter().map(|f| spawn(ctx.writer(mode, &["zeros", f, &mib], dd(f, &mib)))).collect::<Result<Vec<_>>>()?;
+    let children = files
+        .iter()
+        .map(|f| spawn(ctx.writer(mode, &["zeros", f, &count], dd(f, &count))))
+        .collect::<Result<Vec<_>>>()?;
     let mut writers_cpu = 0.0;
     for c in children {
         writers_cpu += wait_cpu(c, "dd")?;
@@ -366,7 +367,7 @@ fn writers(ctx: &Ctx, mode: Mode, n: u32, mib: u64, name: &str, agent: Option<u3
     for f in &files {
         ext += extents(Path::new(f))?;
     }
-    let total = n as f64 * each as f64;
+    let total = n as f64 * mib as f64;
     let mut m = vec![
         ("MiB/s", total / secs),
         ("extents/file", ext as f64 / n as f64),
