@@ -5,7 +5,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::{bench, deb, install, systest, vmtest};
+use crate::{bench, container, deb, install, rpm, systest, vmtest};
 
 /// The project's build, run, test and bench entry points.
 #[derive(Parser, Debug, PartialEq)]
@@ -47,6 +47,8 @@ pub enum Cmd {
     /// remove what install put there (policies in /etc are kept)
     Uninstall(install::Args),
     Deb(deb::Args),
+    Rpm(rpm::Args),
+    Container(container::Args),
     /// Run inside the vmtest guest: each backend's cost per write ([SECS]).
     #[command(hide = true)]
     Overhead {

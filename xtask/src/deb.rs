@@ -8,9 +8,9 @@
 //! would keep its own file list in agent/Cargo.toml).
 
 mod check;
-mod control;
+pub mod control;
 mod lintian;
-mod man;
+pub mod man;
 mod scripts;
 mod tryout;
 
@@ -40,14 +40,19 @@ pub struct Args {
 }
 
 pub fn main(args: &Args) -> Result<()> {
-    let check = args.check;
-    crate::cargo(&["build", "--release", "-p", "writebehindd"])?;
-    let deb = build()?;
-    println!("built {} ({} KiB)", deb.display(), fs::metadata(&deb)?.len() / 1024);
-    if check {
+    let deb = package()?;
+    if args.check {
         check::run(&deb)?;
     }
     Ok(())
+}
+
+/// The release build, packed: the .deb's path.
+pub fn package() -> Result<PathBuf> {
+    crate::cargo(&["build", "--release", "-p", "writebehindd"])?;
+    let deb = build()?;
+    println!("built {} ({} KiB)", deb.display(), fs::metadata(&deb)?.len() / 1024);
+    Ok(deb)
 }
 
 /// Stages the package's tree under target/deb/root and packs it.
@@ -58,26 +63,7 @@ fn build() -> Result<PathBuf> {
     if stage.exists() {
         fs::remove_dir_all(&stage)?;
     }
-    for f in DEBIAN.files()? {
-        let dst = stage.join(&f.dst);
-        fs::create_dir_all(dst.parent().unwrap())?;
-        if f.src == Path::new(UNIT) {
-            fs::write(&dst, unit()?)?;
-        } else {
-            fs::copy(&f.src, &dst).with_context(|| format!("staging {}", f.src.display()))?;
-        }
-        fs::set_permissions(&dst, fs::Permissions::from_mode(f.mode))?;
-        if f.mode & 0o111 != 0 {
-            // As dh_strip does for executables; the debug symbols stay in
-            // the build, no -dbgsym package.
-            run(Command::new("strip").args(["--remove-section=.comment", "--remove-section=.note"]).arg(&dst))?;
-        }
-    }
-    for (shell, dst) in DEBIAN.completions() {
-        write(&stage.join(dst), &crate::install::completion(shell)?)?;
-    }
-    man::write_all(&stage, &version)?;
-    write(&stage.join(POLICY_DIR).join("README"), control::POLICY_README.as_bytes())?;
+    stage_files(&DEBIAN, &stage, "deb", &version)?;
     write(&stage.join(lintian::FILE), lintian::overrides().as_bytes())?;
     let doc = stage.join(DEBIAN.doc_dir);
     write(&doc.join("copyright"), control::copyright()?.as_bytes())?;
@@ -101,16 +87,44 @@ fn build() -> Result<PathBuf> {
     Ok(deb)
 }
 
+/// A package's files in `layout`'s places under `stage`: the layout's
+/// files (the unit rewritten for it, executables stripped), shell
+/// completions, man pages and the policy directory's README.  The .deb's
+/// and the RPM's, built by `cargo xtask <by>`.
+pub fn stage_files(layout: &crate::layout::Layout, stage: &Path, by: &str, version: &str) -> Result<()> {
+    for f in layout.files()? {
+        let dst = stage.join(&f.dst);
+        fs::create_dir_all(dst.parent().unwrap())?;
+        if f.src == Path::new(UNIT) {
+            fs::write(&dst, unit_for(layout, by)?)?;
+        } else {
+            fs::copy(&f.src, &dst).with_context(|| format!("staging {}", f.src.display()))?;
+        }
+        fs::set_permissions(&dst, fs::Permissions::from_mode(f.mode))?;
+        if f.mode & 0o111 != 0 {
+            // As dh_strip does for executables; the debug symbols stay in
+            // the build, no -dbgsym package.
+            run(Command::new("strip").args(["--remove-section=.comment", "--remove-section=.note"]).arg(&dst))?;
+        }
+    }
+    for (shell, dst) in layout.completions() {
+        write(&stage.join(dst), &crate::install::completion(shell)?)?;
+    }
+    man::write_all(stage, version)?;
+    write(&stage.join(POLICY_DIR).join("README"), control::POLICY_README.as_bytes())
+}
+
 /// The repository's unit with its paths moved from the /usr/local layout
 /// it is written for to the package's: one unit file, not two. The man
-/// pages only the package has are added to its documentation.
-fn unit() -> Result<String> {
+/// pages only the package has are added to its documentation.  The unit
+/// for a package of `layout`, built by `cargo xtask <by>`.
+pub fn unit_for(layout: &crate::layout::Layout, by: &str) -> Result<String> {
     let text = fs::read_to_string(UNIT).with_context(|| format!("reading {UNIT}"))?;
-    let mut out = String::from(
-        "# Packaged by cargo xtask deb from systemd/writebehindd.service, with its paths\n\
+    let mut out = format!(
+        "# Packaged by cargo xtask {by} from systemd/writebehindd.service, with its paths\n\
          # moved to the package's (the comments about cargo xtask install are the original's).\n",
     );
-    for line in DEBIAN.rewrite(&text, &LOCAL)?.lines() {
+    for line in layout.rewrite(&text, &LOCAL)?.lines() {
         out += line;
         out.push('\n');
         if line == "[Unit]" {
@@ -121,7 +135,7 @@ fn unit() -> Result<String> {
 }
 
 /// The daemon's version, as its Cargo.toml says (what --version prints).
-fn version() -> Result<String> {
+pub fn version() -> Result<String> {
     let meta = output(Command::new(env!("CARGO")).args(["metadata", "--no-deps", "--format-version", "1"]))?;
     let meta: serde_json::Value = serde_json::from_str(&meta)?;
     let packages = meta["packages"].as_array().context("cargo metadata: no packages")?;
@@ -130,11 +144,11 @@ fn version() -> Result<String> {
 }
 
 /// The commit's time, in seconds since the epoch, for SOURCE_DATE_EPOCH.
-fn commit_time() -> Result<String> {
+pub fn commit_time() -> Result<String> {
     output(Command::new("git").args(["log", "-1", "--format=%ct"]))
 }
 
-fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+pub fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     fs::create_dir_all(path.parent().unwrap())?;
     fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o644))?;
@@ -143,11 +157,11 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// gzip -9n, as Debian ships man pages and changelogs (no name or time
 /// in the header, so the package is reproducible).
-fn gzip(path: &Path) -> Result<()> {
+pub fn gzip(path: &Path) -> Result<()> {
     run(Command::new("gzip").args(["-9nf"]).arg(path))
 }
 
-fn run(cmd: &mut Command) -> Result<()> {
+pub fn run(cmd: &mut Command) -> Result<()> {
     let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
@@ -156,7 +170,7 @@ fn run(cmd: &mut Command) -> Result<()> {
 }
 
 /// A command's standard output, trimmed; its failure with its stderr.
-fn output(cmd: &mut Command) -> Result<String> {
+pub fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !out.status.success() {
         bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());

@@ -41,6 +41,17 @@ pub const DEBIAN: Layout = Layout {
     fish_completions: "usr/share/fish/vendor_completions.d",
 };
 
+/// The RPM (Fedora's places: units under /usr/lib, zsh's site-functions).
+pub const FEDORA: Layout = Layout {
+    daemon_dir: "usr/sbin",
+    cli_dir: "usr/bin",
+    unit_dir: "usr/lib/systemd/system",
+    doc_dir: "usr/share/doc/writebehindd",
+    bash_completions: "usr/share/bash-completion/completions",
+    zsh_completions: "usr/share/zsh/site-functions",
+    fish_completions: "usr/share/fish/vendor_completions.d",
+};
+
 /// Policy drop-ins: the administrator's, in both layouts.
 pub const POLICY_DIR: &str = "etc/writebehindd/policies.d";
 pub const UNIT: &str = "systemd/writebehindd.service";

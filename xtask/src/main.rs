@@ -7,16 +7,20 @@
 //!   cargo xtask bench [--quick] measure write-behind against the alternatives
 //!   cargo xtask install         build (release) and install under --root (default /); uninstall
 //!   cargo xtask deb [--check]   build the Debian package (and check it)
+//!   cargo xtask rpm [--check]   build the RPM (and check it with rpmlint)
+//!   cargo xtask container [--check]  build the container image (and run it under podman)
 //!
 //! The command line and each command's help are in cli.rs; `cargo xtask
 //! help COMMAND` (or COMMAND --help) prints them.
 
 mod bench;
 mod cli;
+mod container;
 mod deb;
 mod guest;
 mod install;
 mod layout;
+mod rpm;
 mod systest;
 mod vmtest;
 
@@ -41,6 +45,8 @@ fn main() -> ExitCode {
         Some(Cmd::Install(args)) => install::install(args),
         Some(Cmd::Uninstall(args)) => install::uninstall(args),
         Some(Cmd::Deb(args)) => deb::main(args),
+        Some(Cmd::Rpm(args)) => rpm::main(args),
+        Some(Cmd::Container(args)) => container::main(args),
         Some(Cmd::Overhead { args }) => vmtest::overhead(args),
         Some(Cmd::DebTryout { args }) => deb::tryout(args),
         Some(Cmd::Writer { args }) => bench::writer::main(args),
@@ -140,28 +146,64 @@ fn test_phases(args: &[String], phases: &mut Vec<Phase>) -> Result<()> {
     }
     // This kernel refuses fentry: the fentry backend is tested on Debian's
     // stock kernels under emulation, the oldest here (the newest runs it
-    // under the unit in systest), beside the host tests.
-    let vmtest = if args.is_empty() { Some(vmtest::quick_beside()?) } else { None };
+    // under the unit in systest), beside the host tests; once it is done,
+    // systest's guests of systest::QUICK_BESIDE, from the package built
+    // now (`cargo test` holds the build directory's lock until it ends).
+    let beside = if args.is_empty() {
+        let vmtest = vmtest::quick_beside()?;
+        let deb = deb::package()?;
+        // Its package, sources and disk written now: the host tests' daemons
+        // would stream (and pace the root disk for) a writer beside them.
+        let systest = systest::prepare(&systest::Args {
+            quick: true,
+            kernel: Some(systest::QUICK_BESIDE.to_vec()),
+            deb: Some(deb),
+            beside: true,
+            ..Default::default()
+        })?;
+        Some(std::thread::spawn(move || {
+            let vm = vmtest.wait();
+            let sys = systest.map_or(Ok(()), systest::Prepared::boot);
+            (vm, sys)
+        }))
+    } else {
+        None
+    };
     let mut cmd = vec!["test", "--workspace"];
     cmd.extend(args.iter().map(String::as_str));
     // One at a time: tests measure one device's dirty pages and must not
     // disturb each other's numbers.
     cmd.extend(["--", "--test-threads=1"]);
     timed("host tests", &mut || cargo(&cmd))?;
-    if let Some(vmtest) = vmtest {
+    if let Some(beside) = beside {
         // The package: what it holds, lintian, dpkg install and purge.
         timed("deb --check", &mut || deb::main(&deb::Args { check: true }))?;
+        // The RPM (rpmlint), and the image under podman with the
+        // DaemonSet's grant: a host copy paced, a real Prometheus's scrape
+        // and the dashboard's queries, the knobs after stop and kill
+        // (about 16 s and 13-40 s here).
+        timed("rpm --check", &mut || rpm::main(&rpm::Args { check: true }))?;
+        timed("container --check", &mut || container::main(&container::Args { check: true, global_lever: false }))?;
         // The bench is not a test, but its harness is: set up the throttled
         // device, one short run per mode, tear down.
         let smoke = bench::Args { smoke: true, out: Some("target/bench/smoke".into()), ..Default::default() };
         timed("bench --smoke", &mut || bench::main(&smoke))?;
-        // What is left of the guest's run once the host's phases are done.
-        let mut vmtest = Some(vmtest);
-        timed("vmtest --quick", &mut || vmtest.take().map_or(Ok(()), vmtest::Beside::finish))?;
+        // What is left of the guests' run beside once the host's phases
+        // are done: vmtest's console, then the systest guest's outcome.
+        let mut beside = Some(beside);
+        timed("guests beside", &mut || {
+            let Some(lane) = beside.take() else { return Ok(()) };
+            let ((lines, vm), sys) = lane.join().map_err(|_| anyhow::anyhow!("the guests beside panicked"))?;
+            vmtest::print(&lines);
+            vm.and(sys)
+        })?;
         // The package as a service under systemd (PID 1, cgroup v2) on
-        // Debian's stock 6.1, 6.12 and 7.2 (systest::QUICK_KERNELS; 5.10
-        // was booted above).
-        timed("systest --quick", &mut || systest::main(&systest::Args { quick: true, ..Default::default() }))?;
+        // Debian's stock 6.1 and 7.2 (systest::QUICK_KERNELS but those
+        // booted beside; 5.10 was booted above).
+        let rest = systest::quick_after_host_tests();
+        timed("systest --quick", &mut || {
+            systest::main(&systest::Args { quick: true, kernel: Some(rest.clone()), ..Default::default() })
+        })?;
     }
     Ok(())
 }

@@ -41,7 +41,7 @@ pub fn control(f: &Fields, stage: &Path) -> Result<String> {
 /// The synopsis from agent/Cargo.toml's description (before its colon),
 /// the long description from the rest and the README's first paragraph,
 /// folded as control fields are.
-fn description() -> Result<(String, String)> {
+pub fn description() -> Result<(String, String)> {
     let toml = fs::read_to_string("agent/Cargo.toml")?;
     let desc = toml
         .lines()
@@ -79,7 +79,7 @@ fn fold(paragraph: &str, width: usize) -> String {
 }
 
 /// Who the project's first commit names: the project's maintainers.
-fn maintainer() -> Result<String> {
+pub fn maintainer() -> Result<String> {
     let root = output(Command::new("git").args(["rev-list", "--max-parents=0", "HEAD"]))?;
     let first = root.lines().next().context("git: no root commit")?;
     output(Command::new("git").args(["log", "-1", "--format=%an <%ae>", first]))

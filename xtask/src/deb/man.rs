@@ -278,10 +278,10 @@ mod tests {
         assert!(p.contains("wbctl \\- query and control writebehindd"), "{p}");
         assert!(p.contains(".SH DESCRIPTION\nQuery and control the writebehindd daemon"), "{p}");
         let commands: Vec<&str> = p.lines().filter_map(|l| l.strip_prefix("\\fBwbctl ")).collect();
-        assert_eq!(commands.len(), 8, "every command but help: {p}");
+        assert_eq!(commands.len(), 9, "every command but help: {p}");
         let options = p.split(".SH \"COMMAND OPTIONS\"\n").nth(1).unwrap();
         let own: Vec<&str> = options.lines().filter_map(|l| l.strip_prefix(".SS ")).collect();
-        assert_eq!(own, ["\"wbctl policy\"", "\"wbctl completions\""], "{p}");
+        assert_eq!(own, ["\"wbctl policy\"", "\"wbctl metrics\"", "\"wbctl completions\""], "{p}");
         assert!(options.contains("\\-\\-pid") && options.contains("powershell") && !options.contains("\\-\\-socket"));
     }
 }
