@@ -64,13 +64,14 @@ static __always_inline __s64 bdi_dirty_pages(struct backing_dev_info *bdi)
  * (NULL where only the inode is known) names a block device's node's open
  * file: the device is then its disk's (WB_BLOCK_DEVICE_MAGIC). */
 static __always_inline void fill_event(struct wb_event *e, __u32 kind, struct inode *inode, struct file *file,
-				       __s32 fd, __u64 ino, __u64 start, __u64 end)
+				       __s32 fd, __u64 ino, __u64 start, __u64 end, __u8 mode)
 {
 	struct backing_dev_info *bdi;
 	struct btrfs_inode *bi;
 	bool blk = file && (BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFBLK;
 
 	e->kind = kind;
+	e->mode = mode;
 	e->tgid = bpf_get_current_pid_tgid() >> 32;
 	e->fd = fd;
 	e->generation = BPF_CORE_READ(inode, i_generation);
@@ -131,9 +132,9 @@ static __always_inline __u64 wakeup(bool batched)
 }
 
 /* An event about inode; fd -1 when the writer's descriptor is not known
- * (the agent then reaches the inode by handle). */
+ * (the agent then reaches the inode by handle).  mode: the stream's. */
 static __always_inline void emit_inode(__u32 kind, struct inode *inode, struct file *file, __s32 fd,
-				       __u64 ino, __u64 start, __u64 end, bool batched)
+				       __u64 ino, __u64 start, __u64 end, bool batched, __u8 mode)
 {
 	struct wb_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 
@@ -141,18 +142,18 @@ static __always_inline void emit_inode(__u32 kind, struct inode *inode, struct f
 		stat_inc(WB_STAT_RB_DROPS);
 		return;
 	}
-	fill_event(e, kind, inode, file, fd, ino, start, end);
+	fill_event(e, kind, inode, file, fd, ino, start, end, mode);
 	bpf_ringbuf_submit(e, wakeup(batched));
 }
 
 /* An event about file: a span names the writer's descriptor, looked up if
  * the hook did not see one. */
 static __always_inline void emit(__u32 kind, struct file *file, __s32 fd,
-				 __u64 ino, __u64 start, __u64 end, bool batched)
+				 __u64 ino, __u64 start, __u64 end, bool batched, __u8 mode)
 {
 	if (fd < 0 && kind == WB_EV_SPAN)
 		fd = current_fd_of(file);
-	emit_inode(kind, BPF_CORE_READ(file, f_inode), file, fd, ino, start, end, batched);
+	emit_inode(kind, BPF_CORE_READ(file, f_inode), file, fd, ino, start, end, batched, mode);
 }
 
 /* The names from file's dentry up to the root of the mount it was opened
@@ -190,7 +191,7 @@ static __always_inline bool fill_path(char names[WB_PATH_DEPTH][WB_NAME_LEN], st
  * (WB_EV_CLOSE_PATH).  Checked here, only for closes that are reported.
  * batched: a file that never crossed a window (see wakeup()). */
 static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, __u64 start, __u64 end,
-				       bool batched)
+				       bool batched, __u8 mode)
 {
 	struct super_block *sb = BPF_CORE_READ(file, f_inode, i_sb);
 	struct wb_path_event *pe;
@@ -208,24 +209,24 @@ static __always_inline void emit_close(struct file *file, __s32 fd, __u64 ino, _
 		batched = d && d->batch_closes;
 	}
 	if (BPF_CORE_READ(sb, s_export_op) || !(sb_dev >> WB_MINORBITS)) {
-		emit(WB_EV_CLOSE, file, fd, ino, start, end, batched);
+		emit(WB_EV_CLOSE, file, fd, ino, start, end, batched, mode);
 		return;
 	}
 	pe = bpf_ringbuf_reserve(&events, sizeof(*pe), 0);
 	if (!pe) {
 		/* No room for the path: the plain close still lets the agent
 		 * go of a file it holds. */
-		emit(WB_EV_CLOSE, file, fd, ino, start, end, batched);
+		emit(WB_EV_CLOSE, file, fd, ino, start, end, batched, mode);
 		return;
 	}
 	if (!fill_path(pe->names, file)) {
 		/* Sent without its path: the agent counts it unreachable
 		 * (and lets go of the file if it held it). */
 		bpf_ringbuf_discard(pe, 0);
-		emit(WB_EV_CLOSE, file, fd, ino, start, end, batched);
+		emit(WB_EV_CLOSE, file, fd, ino, start, end, batched, mode);
 		return;
 	}
-	fill_event(&pe->ev, WB_EV_CLOSE_PATH, BPF_CORE_READ(file, f_inode), file, fd, ino, start, end);
+	fill_event(&pe->ev, WB_EV_CLOSE_PATH, BPF_CORE_READ(file, f_inode), file, fd, ino, start, end, mode);
 	bpf_ringbuf_submit(pe, wakeup(batched));
 }
 

@@ -190,9 +190,9 @@ static __always_inline void stream_advance(__u64 key, struct wb_file_stream *s, 
 			return;
 	}
 	if (file)
-		emit(WB_EV_SPAN, file, fd, facts->ino, s->head, end, false);
+		emit(WB_EV_SPAN, file, fd, facts->ino, s->head, end, false, s->mode);
 	else
-		emit_inode(WB_EV_SPAN, facts->inode, NULL, -1, facts->ino, s->head, end, false);
+		emit_inode(WB_EV_SPAN, facts->inode, NULL, -1, facts->ino, s->head, end, false, s->mode);
 	s->head = end;
 	s->spans++;
 }
@@ -289,7 +289,7 @@ static __always_inline void stream_close(struct file *file, __s32 fd)
 		if (!s->spans && ring_crowded())
 			stat_inc(WB_STAT_CLOSES_SHED);
 		else
-			emit_close(file, fd, s->ino, s->head, tail ? s->pos : s->head, !s->spans);
+			emit_close(file, fd, s->ino, s->head, tail ? s->pos : s->head, !s->spans, s->mode);
 	}
 	owner = s->owner;
 	if (!bpf_map_delete_elem(&streams, &key))

@@ -57,6 +57,9 @@ struct wb_event {
 	__u64 ts_ns;     /* bpf_ktime_get_ns() when emitted */
 	char comm[16];
 	char bdi[32];    /* backing device name, as in /sys/class/bdi ("7:0") */
+	__u8 mode;       /* the stream's enum wb_mode: WB_MODE_OBSERVE, the agent
+	                  * only counts what it would have done */
+	__u8 _pad[7];
 };
 
 /* A closed file's path beneath its mount: at most WB_PATH_DEPTH names of
@@ -94,6 +97,8 @@ enum wb_mode {
 	WB_MODE_OFF = 0,        /* leave this writer to the kernel */
 	WB_MODE_APPEND = 1,     /* only writes that end at EOF stream */
 	WB_MODE_SEQUENTIAL = 2, /* any sequential run streams */
+	WB_MODE_OBSERVE = 3,    /* detected as WB_MODE_SEQUENTIAL; the agent
+	                         * reports what it would do and acts on nothing */
 };
 
 /* What on_battery does to a policy while the host runs on battery. */

@@ -73,8 +73,12 @@ fn wbctl_shows_a_live_stream_and_guards_state_changes() -> Result<()> {
         }
     }
 
+    // The device is named by its kernel name and mount point.
+    let name = format!("{} {}", fs.device.name(), fs.dir.display());
+    assert!(status.contains(&name), "the device table lacks the device's name {name}:\n{status}");
+
     // Metrics parse as OpenMetrics with a real parser.
-    let (ok, metrics) = wbctl(&d, &["metrics"])?;
+    let (ok, metrics) = wbctl(&d, &["metrics", "--openmetrics"])?;
     assert!(ok, "{metrics}");
     let mut py = Command::new("/usr/bin/python3")
         .args([

@@ -134,8 +134,8 @@ fn a_file_whose_open_hangs_stalls_nothing() -> Result<()> {
 /// A FUSE server answers FLUSH only from its own writer, so whoever else
 /// closes the file waits until the server dies.  The daemon held the
 /// writer's file and dropped it where the stream ended, on the thread that
-/// answers wbctl and pings the watchdog; it now closes such files on a
-/// closer thread, and `wbctl status` keeps answering.
+/// answers wbctl and pings the watchdog; it now closes them on the
+/// device's own thread, and `wbctl status` keeps answering.
 #[test]
 fn a_close_that_never_returns_stalls_nothing() -> Result<()> {
     require_root();

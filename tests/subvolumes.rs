@@ -39,6 +39,10 @@ fn copy_as_nobody(src: &Path, mount: &Path, dst: &Path) -> Result<()> {
     let left = log.lines().find(|l| l.contains("left to the kernel") && l.contains(&format!("dev={dev}")));
     assert!(left.is_none(), "{left:?}\n{log}");
     assert!(log.contains(&format!("reached by file handle mount={}", mount.display())), "{log}");
+    // The device is named by its mount, not only its anonymous number.
+    let started =
+        log.lines().find(|l| l.contains(&format!("multi-file writer started pid={pid} "))).unwrap_or_default();
+    assert!(started.contains(&format!(" {}", mount.display())), "not named by its mount point: {started}");
     // Files closed before the writer counted as streaming (its first MiB)
     // are the only ones not flushed by handle.  The counter is the whole
     // host's (others' closed files add to it): the two checks above say

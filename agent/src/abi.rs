@@ -108,6 +108,12 @@ impl wb_event {
         c_string(&self.comm)
     }
 
+    /// Whether its writer's policy observes (mode "observe"): the agent
+    /// counts what it would do of it and acts on nothing.
+    pub fn observed(&self) -> bool {
+        u32::from(self.mode) == wb_mode_WB_MODE_OBSERVE
+    }
+
     /// The backing device's name as in /sys/class/bdi ("7:0", "btrfs-1").
     pub fn bdi(&self) -> String {
         c_string(&self.bdi)
@@ -202,7 +208,7 @@ mod tests {
 
     #[test]
     fn path_records_give_the_path_beneath_the_mount() {
-        assert_eq!(std::mem::size_of::<wb_path_event>(), 4232);
+        assert_eq!(std::mem::size_of::<wb_path_event>(), 4240);
         assert_eq!(path_of(&[b"f.txt", b"sub", b"dir", b""]).as_deref(), Some("dir/sub/f.txt"));
         assert_eq!(path_of(&[b"only", b""]).as_deref(), Some("only"));
         // All 16 names used: no terminator.

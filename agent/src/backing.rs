@@ -98,17 +98,6 @@ impl Backing {
         self != Self::Smb
     }
 
-    /// Whether closing a file may wait for a server: NFS 4's last close
-    /// sends a CLOSE, FUSE's every close writes the inode's dirty pages and
-    /// sends a FLUSH (also a FUSE mount in another namespace), each waiting
-    /// for the answer.
-    pub fn close_waits(self) -> bool {
-        match self {
-            Self::Network | Self::Smb | Self::Fuse { .. } | Self::Unlisted => true,
-            Self::Disk | Self::UserLoop { .. } => false,
-        }
-    }
-
     /// As `wbctl status` shows it.
     pub fn describe(self) -> String {
         match self {

@@ -128,8 +128,8 @@ impl Estimator {
     }
 }
 
-/// Pools completions into samples of at least MIN_SAMPLE of busy time, and
-/// counts only time with something in flight.
+/// Pools completions into samples of at least MIN_SAMPLE of busy time and
+/// MIN_SAMPLE_BYTES, and counts only time with something in flight.
 #[derive(Debug, Default)]
 pub struct Sampler {
     bytes: u64,
@@ -137,17 +137,27 @@ pub struct Sampler {
 }
 
 const MIN_SAMPLE: Duration = Duration::from_millis(200);
+/// A sample holds at least this much: a few bytes' writeback times the
+/// device's latency, not its bandwidth.  A user's trickle of one-byte
+/// files, one closed a second, made a sample of 8 bytes in 220 ms on a
+/// 30 MiB/s disk while the host was busy compiling: the estimate fell
+/// from 46 MB/s to 36 B/s, and the disk, every writer of it, was capped
+/// at a 4 KiB budget (hardening's trickle test).
+const MIN_SAMPLE_BYTES: u64 = 256 << 10;
 
 impl Sampler {
     /// A range of `bytes` completed after `busy` of device time: a sample
-    /// once enough has accumulated.
+    /// once enough has accumulated.  Busy time that pooled less than
+    /// MIN_SAMPLE_BYTES is dropped: a device slower than 1.3 MiB/s is left
+    /// to the kernel's estimate.
     pub fn completed(&mut self, bytes: u64, busy: Duration) -> Option<(u64, Duration)> {
         self.bytes += bytes;
         self.busy += busy;
         if self.busy < MIN_SAMPLE {
             return None;
         }
-        Some((std::mem::take(&mut self.bytes), std::mem::take(&mut self.busy)))
+        let pooled = (std::mem::take(&mut self.bytes), std::mem::take(&mut self.busy));
+        (pooled.0 >= MIN_SAMPLE_BYTES).then_some(pooled)
     }
 }
 
@@ -401,6 +411,20 @@ mod tests {
         assert_eq!(s.completed(MIB, Duration::from_millis(10)), None);
         assert_eq!(s.completed(4 * MIB, Duration::from_millis(190)), Some((5 * MIB, Duration::from_millis(200))));
         assert_eq!(s.completed(MIB, Duration::ZERO), None);
+    }
+
+    /// One-byte files' writeback is latency: no sample, however long it
+    /// goes on, and at most MIN_SAMPLE of it pooled into the next real one.
+    #[test]
+    fn a_trickle_of_tiny_writes_is_no_sample() {
+        let mut s = Sampler::default();
+        for _ in 0..100 {
+            assert_eq!(s.completed(1, Duration::from_millis(28)), None);
+        }
+        // At most MIN_SAMPLE of latency pooled before the next real one.
+        let sample = (0..8).find_map(|_| s.completed(MIB, Duration::from_millis(30)));
+        let (bytes, busy) = sample.expect("a real sample");
+        assert!(bytes as f64 / busy.as_secs_f64() > 4.0 * MIB as f64, "{bytes} bytes in {busy:?}");
     }
 
     #[test]

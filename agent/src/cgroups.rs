@@ -195,5 +195,5 @@ impl CgroupPolicies {
 /// Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup on unified
 /// hosts, /sys/fs/cgroup/unified on hybrid ones).
 pub fn v2_mount() -> Option<PathBuf> {
-    crate::sys::mounts().into_iter().find(|m| m.fstype == "cgroup2").map(|m| m.mount_point.into())
+    crate::sys::own_mounts().into_iter().find(|m| m.fstype == "cgroup2").map(|m| m.mount_point.into())
 }

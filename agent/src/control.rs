@@ -24,8 +24,9 @@ use tokio::{
 };
 
 use crate::{
+    metrics::Dialect,
     policies::PolicySet,
-    status::{Command, PROTOCOL, Request, Response, Status, metrics},
+    status::{Command, PROTOCOL, Request, Response, Status},
 };
 
 const MAX_LINE: u64 = 64 * 1024;
@@ -318,12 +319,16 @@ pub fn parse_request(line: &str) -> Result<Request, Response> {
 async fn answer(cmd: &Command, uid: u32, daemon: &Handle) -> Response {
     let stopping = || Response::err("the daemon is stopping");
     match cmd {
-        Command::Status | Command::Streams | Command::Devices | Command::Metrics => {
+        Command::Status | Command::Streams | Command::Devices | Command::Units | Command::Metrics { .. } => {
             let Some(s) = daemon.status().await else { return stopping() };
             Response::ok(match cmd {
                 Command::Streams => json(&s.streams),
                 Command::Devices => json(&s.devices),
-                Command::Metrics => serde_json::Value::String(metrics(&s)),
+                Command::Units => json(&s.units),
+                Command::Metrics { openmetrics } => {
+                    let dialect = if *openmetrics { Dialect::OpenMetrics } else { Dialect::Prometheus };
+                    serde_json::Value::String(metrics_text(s, dialect).await)
+                }
                 _ => json(&*s),
             })
         }
@@ -347,6 +352,19 @@ async fn answer(cmd: &Command, uid: u32, daemon: &Handle) -> Response {
             Err(_) => stopping(),
         },
     }
+}
+
+/// The metrics of snapshot `s` with every bdi's state, read on a
+/// blocking thread: the intake loop shares this one.
+async fn metrics_text(s: Arc<Status>, dialect: Dialect) -> String {
+    let read = {
+        let s = s.clone();
+        tokio::task::spawn_blocking(move || crate::bdis::read(&s.devices))
+    };
+    let bdis = read.await.unwrap_or_default();
+    let mut families = crate::metrics::families(&s, &bdis, dialect);
+    crate::units::metrics::unit_families(&mut families, &s.units);
+    families.finish()
 }
 
 fn json<T: serde::Serialize>(v: &T) -> serde_json::Value {
@@ -469,7 +487,7 @@ pub(crate) async fn serve_metrics(listener: std::net::TcpListener, daemon: Handl
             }
             let response = if head.starts_with(b"GET /metrics ") {
                 let Some(status) = daemon.status().await else { return };
-                let body = metrics(&status);
+                let body = metrics_text(status, Dialect::OpenMetrics).await;
                 format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n\
                      Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -532,7 +550,7 @@ mod tests {
         }
         assert_eq!(
             err(r#"{"v":1,"cmd":"format-disk"}"#),
-            r#"unknown command "format-disk" (known: status, streams, devices, policy, metrics, reload)"#
+            r#"unknown command "format-disk" (known: status, streams, devices, policy, metrics, reload, units)"#
         );
         let r = parse_request(r#"{"v":1,"cmd":"policy","pid":7}"#).unwrap();
         assert_eq!(r.cmd, Command::Policy { pid: Some(7), cgroup: None });
@@ -561,7 +579,7 @@ mod tests {
         });
         let (handle, requests) = channel(PolicySet::load(&[]).unwrap());
         drop(requests);
-        let stopped = rt.block_on(answer(&Command::Metrics, 0, &handle));
+        let stopped = rt.block_on(answer(&Command::Metrics { openmetrics: false }, 0, &handle));
         assert_eq!(stopped.error.as_deref(), Some("the daemon is stopping"));
         let policy = rt.block_on(answer(&Command::Policy { pid: None, cgroup: None }, 0, &handle));
         assert_eq!(policy.data.unwrap()["cgroup"], "/", "the policies are the handle's own");

@@ -76,6 +76,15 @@ pub struct Counters {
     pub closes_shed_late: AtomicU64,
     /// Events of devices the policy's leave_devices lists: left alone.
     pub left_by_policy: AtomicU64,
+    /// What observing writers' events would have had the agent do (policy
+    /// mode "observe", streams/would.rs): streams started (no file held),
+    /// windows and closed files' tails handed to writeback, their bytes,
+    /// and closed files left to a paced device's kernel flusher.
+    pub would_streams_started: AtomicU64,
+    pub would_windows: AtomicU64,
+    pub would_close_files: AtomicU64,
+    pub would_write_bytes: AtomicU64,
+    pub would_closed_files_left: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
 }
 
@@ -108,6 +117,11 @@ impl Counters {
             ("closed_files_left", &self.closed_files_left),
             ("closes_shed_late", &self.closes_shed_late),
             ("events_left_by_policy", &self.left_by_policy),
+            ("would_streams_started", &self.would_streams_started),
+            ("would_windows", &self.would_windows),
+            ("would_close_files", &self.would_close_files),
+            ("would_write_bytes", &self.would_write_bytes),
+            ("would_closed_files_left", &self.would_closed_files_left),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))

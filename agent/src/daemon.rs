@@ -42,14 +42,17 @@ pub struct Options {
     pub backend: loader::Backend,
     pub lever: Lever,
     pub max_streams: usize,
+    /// --observe: every acting policy observes (PolicySet::observing).
+    pub observe: bool,
 }
 
-/// The policies of a run: the directory's files, then the --policy ones.
-/// Read at start and again at each reload.
-pub fn load_policies(dir: &Path, extra: &[PathBuf]) -> Result<PolicySet> {
+/// The policies of a run: the directory's files, then the --policy ones,
+/// observing everywhere under --observe (`observe`) or a root policy at
+/// mode "observe".  Read at start and again at each reload.
+pub fn load_policies(dir: &Path, extra: &[PathBuf], observe: bool) -> Result<PolicySet> {
     let mut files = policies::dir_files(dir)?;
     files.extend(extra.iter().cloned());
-    PolicySet::load(&files)
+    PolicySet::load(&files).map(|s| s.observing(observe))
 }
 
 /// SIGTERM and SIGINT stop the daemon, SIGHUP reloads the policies.
@@ -112,11 +115,18 @@ impl Daemon {
             window = ?root.window, burst = root.burst.0, pacing = root.pacing, backend = %loaded.backend,
             policies = %set.sources.join(", "), "attached; watching for streaming writers"
         );
+        if set.observes() {
+            tracing::info!(
+                "observing: what would be done is counted (wbctl status), no writeback is started, no dirty limit set"
+            );
+        }
         let cgroups = CgroupPolicies::new(set, config, cgroup_map);
         let metrics = options.metrics_listen.map(bind_metrics).transpose()?;
         let counters = Arc::new(Counters::default());
         let (handle, requests) = control::channel(cgroups.set().clone());
-        let table = StreamTable::new(counters.clone(), Devices::new(root, Some(devices), pacer), options.max_streams);
+        let mut devices = Devices::new(root, Some(devices), pacer);
+        devices.set_observing(cgroups.set().observes());
+        let table = StreamTable::new(counters.clone(), devices, options.max_streams);
         let intake = Intake {
             loaded,
             table,
@@ -125,6 +135,7 @@ impl Daemon {
             counters,
             policy_dir: options.policy_dir,
             policy_files: options.policy_files,
+            observe: options.observe,
             requests,
             snapshot: Default::default(),
             lag_last_second: 0,

@@ -415,9 +415,22 @@ fn root_handle(root: &OwnedFd) -> io::Result<FileHandle> {
 /// read-only and checked against (st_dev, ino), so reaching a file outside
 /// the mounted subtree shows the daemon nothing it could not open anyway.
 /// A path, on a filesystem without handles, is tried beneath each.
+/// In a container (`sys::MountTable::Init`), the mounts of its own
+/// namespace first (a volume of the host's), then init's, reached through
+/// /proc/1/root.
 fn mounts_of(dev: &str) -> Vec<sys::MountInfo> {
-    let mut mounts: Vec<_> = sys::mounts().into_iter().filter(|m| m.dev == dev).collect();
-    mounts.sort_by_key(|m| m.root != "/");
+    let of = |table: sys::MountTable| {
+        let mut mounts: Vec<_> = sys::mounts_in(table).into_iter().filter(|m| m.dev == dev).collect();
+        mounts.sort_by_key(|m| m.root != "/");
+        for m in &mut mounts {
+            m.mount_point = table.reachable(&m.mount_point);
+        }
+        mounts
+    };
+    let mut mounts = of(sys::MountTable::Own);
+    if sys::mount_table() == sys::MountTable::Init {
+        mounts.extend(of(sys::MountTable::Init));
+    }
     mounts
 }
 

@@ -4,8 +4,7 @@
 //! Modules by responsibility: `daemon` (a run: what it loads, binds and
 //! owns, and its loop, `daemon::intake`, which drains the ring buffer),
 //! `loader` (load and attach BPF), `streams` (stream table), `flusher`
-//! (per-device submitters), `closer` (files whose close waits for a
-//! server, closed off the intake thread),
+//! (per-device submitters, which also close the files they open),
 //! `admission` (what may wait for a device's thread),
 //! `devices` (per-device windows and pacing), `backing` (who sets a
 //! device's speed), `bandwidth` (the estimator and
@@ -23,17 +22,20 @@ pub mod abi;
 mod admission;
 mod backing;
 mod bandwidth;
+mod bdis;
 mod cgroups;
 #[cfg(test)]
 mod cli_tests;
-mod closer;
 pub mod control;
 mod counters;
 pub mod daemon;
 mod devices;
 mod flusher;
 pub mod handles;
+pub mod journal;
 pub mod loader;
+mod metrics;
+mod names;
 pub mod pacing;
 pub mod policies;
 mod policy;
@@ -42,3 +44,4 @@ mod shares;
 pub mod status;
 pub mod streams;
 pub mod sys;
+pub mod units;

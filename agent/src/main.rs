@@ -65,6 +65,7 @@ fn parse_args() -> Mode {
             cli::Lever::Global => Lever::Global,
         },
         max_streams: a.max_streams,
+        observe: a.observe,
     })
 }
 
@@ -78,17 +79,12 @@ fn main() -> ExitCode {
     let Some(_instance) = claim(options.is_none()) else {
         return ExitCode::FAILURE;
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_target(false)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging();
     let Some(options) = options else {
         restore();
         return ExitCode::SUCCESS;
     };
-    let set = match daemon::load_policies(&options.policy_dir, &options.policy_files) {
+    let set = match daemon::load_policies(&options.policy_dir, &options.policy_files, options.observe) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("writebehindd: policy: {e:#}");
@@ -102,6 +98,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Events to the journal with fields of their own when stderr is its
+/// stream (journal.rs), else as text on stderr.
+fn init_logging() {
+    use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt};
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let journal = writebehindd::journal::JournalLayer::if_connected();
+    let text = journal.is_none().then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_target(false)
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+    });
+    tracing_subscriber::registry().with(filter).with(journal).with(text).init();
 }
 
 /// --check-policy: each file, or each directory's drop-ins, loaded as one

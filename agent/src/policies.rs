@@ -17,7 +17,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::policy::{DEVICE_WIDE, Layer, Policy};
+use crate::policy::{DEVICE_WIDE, Layer, Mode, Policy};
 
 mod pattern;
 
@@ -39,6 +39,8 @@ pub struct PolicySet {
     rules: Vec<Rule>,
     /// Where the policies came from, in the order applied.
     pub sources: Vec<String>,
+    /// The whole daemon observes (`observing`).
+    observe_all: bool,
 }
 
 /// `dir`'s *.toml files in name order; no directory means no files.
@@ -59,7 +61,12 @@ pub fn dir_files(dir: &Path) -> Result<Vec<PathBuf>> {
 impl PolicySet {
     /// The embedded default alone.
     pub fn embedded() -> Self {
-        Self { root: Policy::embedded_default(), rules: Vec::new(), sources: vec!["(embedded default)".into()] }
+        Self {
+            root: Policy::embedded_default(),
+            rules: Vec::new(),
+            sources: vec!["(embedded default)".into()],
+            observe_all: false,
+        }
     }
 
     /// The embedded default, then each file in order.  An error names the
@@ -126,6 +133,31 @@ impl PolicySet {
         self.rules.extend(rules);
         self.sources.push(name.to_owned());
         Ok(())
+    }
+
+    /// The set a daemon that observes everywhere applies (`--observe`, or
+    /// a root policy at mode "observe"): every cgroup's acting mode
+    /// observes, "off" stays off.  `forced`: --observe; otherwise only a
+    /// root policy at "observe" makes the whole daemon observe.
+    pub fn observing(mut self, forced: bool) -> Self {
+        if !forced && self.root.mode != Mode::Observe {
+            return self;
+        }
+        self.root.mode = self.root.mode.observing();
+        for r in &mut self.rules {
+            r.layer.mode = r.layer.mode.map(Mode::observing);
+        }
+        if forced {
+            self.sources.push("(--observe)".into());
+        }
+        self.observe_all = true;
+        self
+    }
+
+    /// Whether the whole daemon observes (see `observing`): nothing it
+    /// does changes writeback or a knob.
+    pub fn observes(&self) -> bool {
+        self.observe_all
     }
 
     /// The policy for writers in the root cgroup, and the device-wide keys.
@@ -257,6 +289,40 @@ mod tests {
         assert!(m("/", "/"));
         assert!(p("/a/b").specificity() > p("/a/*").specificity());
         assert!(p("/a/*").specificity() > p("/a/**").specificity());
+    }
+
+    #[test]
+    fn a_root_that_observes_makes_every_acting_cgroup_observe() {
+        let files = r#"
+            [[policy]]
+            cgroup = "/system.slice/backup.service"
+            mode = "sequential"
+            [[policy]]
+            cgroup = "/system.slice/postgresql.service"
+            mode = "off"
+            [[policy]]
+            cgroup = "/user.slice/**"
+            mode = "observe"
+        "#;
+        // Root acting: only the cgroup that says so observes.
+        let s = set(&[files]).unwrap().observing(false);
+        assert!(!s.observes());
+        assert_eq!(s.resolve("/user.slice/u").mode, Mode::Observe);
+        assert_eq!(s.resolve("/system.slice/backup.service").mode, Mode::Sequential);
+        assert_eq!(s.resolve("/").to_bpf().mode, crate::abi::wb_mode_WB_MODE_SEQUENTIAL as u8);
+        // The root at observe, or --observe: nothing acts, off stays off.
+        for s in [set(&["mode = \"observe\"", files]).unwrap().observing(false), set(&[files]).unwrap().observing(true)]
+        {
+            assert!(s.observes());
+            assert_eq!(s.resolve("/system.slice/backup.service").mode, Mode::Observe);
+            assert_eq!(s.resolve("/system.slice/postgresql.service").mode, Mode::Off);
+            assert_eq!(s.resolve("/a").to_bpf().mode, crate::abi::wb_mode_WB_MODE_OBSERVE as u8);
+        }
+        assert_eq!(set(&[files]).unwrap().observing(true).sources.last().unwrap(), "(--observe)");
+        // --observe over a root at off: the daemon observes all the same.
+        let off = set(&["mode = \"off\"", files]).unwrap().observing(true);
+        assert!(off.observes() && off.root().mode == Mode::Off);
+        assert!(err(&["mode = \"watch\""]).contains("unknown variant"));
     }
 
     #[test]

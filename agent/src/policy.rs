@@ -61,7 +61,8 @@ macro_rules! policy_keys {
 }
 
 policy_keys! {
-    /// off, append (only writes ending at EOF stream) or sequential.
+    /// off, append (only writes ending at EOF stream), sequential, or
+    /// observe (detected as sequential; reported, never acted on).
     mode: Mode,
     /// Per-stream window: sized from the device's bandwidth, or fixed.
     window: Window,
@@ -218,6 +219,21 @@ pub enum Mode {
     Off,
     Append,
     Sequential,
+    /// Streams are detected as `Sequential` would detect them; the daemon
+    /// reports what it would do for them (windows, closes, pacing) and does
+    /// none of it.
+    Observe,
+}
+
+impl Mode {
+    /// The mode under a daemon that observes everywhere (its root policy
+    /// observes, or `--observe`): every acting mode observes, off stays off.
+    pub fn observing(self) -> Mode {
+        match self {
+            Mode::Off => Mode::Off,
+            Mode::Append | Mode::Sequential | Mode::Observe => Mode::Observe,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -298,6 +314,7 @@ impl Policy {
                 Mode::Off => wb_mode_WB_MODE_OFF,
                 Mode::Append => wb_mode_WB_MODE_APPEND,
                 Mode::Sequential => wb_mode_WB_MODE_SEQUENTIAL,
+                Mode::Observe => wb_mode_WB_MODE_OBSERVE,
             } as u8,
             multi_file: self.multi_file as u8,
             on_battery: match self.on_battery {

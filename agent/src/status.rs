@@ -13,6 +13,11 @@ pub const SOCKET: &str = "/run/writebehindd/control.sock";
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Status {
     pub version: String,
+    /// "act", or "observe" while the whole daemon observes (its root
+    /// policy's mode, or --observe): what it would do is in the would_
+    /// counters and each device's would_budget, and nothing is done.
+    #[serde(default)]
+    pub mode: String,
     /// Which hook layer is attached: "fentry", "tracepoint", or
     /// "fentry+sys_exit(...)" (loader.rs).
     pub backend: String,
@@ -31,11 +36,50 @@ pub struct Status {
     pub global_limits: Option<crate::pacing::GlobalLimits>,
     pub streams: Vec<StreamStatus>,
     pub counters: BTreeMap<String, u64>,
+    /// What each systemd unit's writers had done since the daemon started,
+    /// most bytes written behind first (also `wbctl units`).
+    #[serde(default)]
+    pub units: Vec<UnitStatus>,
+}
+
+/// One systemd unit's writers since the daemon started (units.rs).  Units
+/// beyond the table's cap are summed in unit "other"; writers in no unit
+/// in "-".
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UnitStatus {
+    /// "backup.service", "app-gnome-foo-1234.scope", "-", "other".  Its
+    /// cgroup chosen by users below a delegated subtree: printable.
+    pub unit: String,
+    /// The cgroup of its latest stream; empty for "other".
+    #[serde(default)]
+    pub cgroup: String,
+    /// Streams started (observing ones in streams_observed).
+    pub streams: u64,
+    #[serde(default)]
+    pub streams_observed: u64,
+    /// Bytes handed to writeback (windows of its streams, its closed files).
+    pub written_behind_bytes: u64,
+    /// Closed files flushed (or left to the kernel on a paced device).
+    pub files_flushed: u64,
+    /// Seconds a device was paced while the unit had a stream on it.
+    pub paced_secs: f64,
+    /// The peak dirty + writeback bytes of the devices its streams were on,
+    /// while they were (a device's, not the unit's own share).
+    pub peak_dirty_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct DeviceStatus {
+    /// The bdi's name in /sys/class/bdi: "major:minor" ("8:16"), or
+    /// "btrfs-1"; for scripts.
     pub bdi: String,
+    /// What people know it by: its kernel name and mount points ("sdb1
+    /// /media/alice/STICK"), a network or FUSE mount's source and mount
+    /// point ("127.0.0.1:/srv/nfs /mnt/nfs"); the bdi when nothing else is
+    /// known.  Partly chosen by users (mount points, FUSE sources): escape
+    /// it where printed (printable).
+    #[serde(default)]
+    pub name: String,
     /// Write bandwidth estimate, bytes per second.
     pub bandwidth: u64,
     /// The root policy's window on this device, bytes.
@@ -50,6 +94,13 @@ pub struct DeviceStatus {
     /// "global" (vm.dirty_bytes); empty when not paced.
     #[serde(default)]
     pub lever: String,
+    /// The cap it would set for observing writers (a policy's mode
+    /// "observe"), bytes, and through which lever ("bdi" or "global"); 0
+    /// and empty when it would not pace.  Never written to the device.
+    #[serde(default)]
+    pub would_budget: u64,
+    #[serde(default)]
+    pub would_lever: String,
     /// What backs it ("disk", "network", "network (smb)", "fuse (uid 1000's)", ...): a
     /// device a user made drives no lever unless the policy says so.
     #[serde(default)]
@@ -59,6 +110,9 @@ pub struct DeviceStatus {
     /// does not answer; 0 otherwise.
     #[serde(default)]
     pub stalled_secs: f64,
+    /// Seconds the device was paced, in all, since the daemon started.
+    #[serde(default)]
+    pub paced_secs: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -66,6 +120,9 @@ pub struct StreamStatus {
     pub pid: u32,
     pub comm: String,
     pub cgroup: String,
+    /// The systemd unit its cgroup names ("backup.service"; "-" for none).
+    #[serde(default)]
+    pub unit: String,
     /// "file" (one file, held) or "multi-file" (a writer's closed files).
     pub kind: String,
     pub bdi: String,
@@ -106,14 +163,21 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cgroup: Option<String>,
     },
-    Metrics,
+    /// The metrics text: Prometheus's text format, or OpenMetrics 1.0
+    /// (what the HTTP endpoint serves).
+    Metrics {
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        openmetrics: bool,
+    },
     /// Re-read the policy files (root only).
     Reload,
+    /// What each systemd unit's writers had done since the daemon started.
+    Units,
 }
 
 impl Command {
     /// Every command's name on the wire, in the order refusals list them.
-    pub const NAMES: [&str; 6] = ["status", "streams", "devices", "policy", "metrics", "reload"];
+    pub const NAMES: [&str; 7] = ["status", "streams", "devices", "policy", "metrics", "reload", "units"];
 }
 
 /// One response line: `ok` with `data`, or not with `error`.
@@ -135,63 +199,6 @@ impl Response {
     pub fn err(msg: impl Into<String>) -> Self {
         Self { v: PROTOCOL, ok: false, data: None, error: Some(msg.into()) }
     }
-}
-
-/// Entries of Status.counters that are levels: bytes of flushes waiting
-/// now, and the longest an event waited in the ring within the last second.
-const GAUGES: [&str; 2] = ["flush_memory_bytes", "intake_lag_ms"];
-
-/// OpenMetrics text for a status snapshot.
-pub fn metrics(s: &Status) -> String {
-    let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
-        out += &format!("# TYPE writebehindd_{name} {kind}\n# HELP writebehindd_{name} {help}\n");
-        for (labels, v) in samples {
-            let suffix = if kind == "counter" { "_total" } else { "" };
-            out += &format!("writebehindd_{name}{suffix}{labels} {v}\n");
-        }
-    };
-    let dev = |f: &dyn Fn(&DeviceStatus) -> f64| -> Vec<(String, f64)> {
-        s.devices.iter().map(|d| (format!("{{bdi=\"{}\"}}", d.bdi), f(d))).collect()
-    };
-    family("uptime_seconds", "gauge", "Seconds since the daemon started.", vec![(String::new(), s.uptime_s)]);
-    family(
-        "on_battery",
-        "gauge",
-        "1 while the host runs on battery.",
-        vec![(String::new(), s.on_battery as u8 as f64)],
-    );
-    family(
-        "device_bandwidth_bytes",
-        "gauge",
-        "Estimated write bandwidth, bytes per second.",
-        dev(&|d| d.bandwidth as f64),
-    );
-    family("device_window_bytes", "gauge", "Window of the root policy on the device.", dev(&|d| d.window as f64));
-    family("device_dirty_bytes", "gauge", "Dirty and writeback bytes at the last event.", dev(&|d| d.dirty as f64));
-    family(
-        "device_paced_budget_bytes",
-        "gauge",
-        "bdi dirty cap while pacing, 0 otherwise.",
-        dev(&|d| d.paced_budget as f64),
-    );
-    family(
-        "device_stalled_seconds",
-        "gauge",
-        "How long writeback on the device has waited in one call, once 5 s or more; 0 otherwise.",
-        dev(&|d| d.stalled_secs),
-    );
-    let global = s.global_limits.as_ref().map_or(0, |g| g.dirty_bytes) as f64;
-    family("global_dirty_bytes", "gauge", "vm.dirty_bytes set for pacing, 0 otherwise.", vec![(String::new(), global)]);
-    family("streams", "gauge", "Active streaming writers.", vec![(String::new(), s.streams.len() as f64)]);
-    let (gauges, counters): (Vec<_>, Vec<_>) = s.counters.iter().partition(|(k, _)| GAUGES.contains(&k.as_str()));
-    for (k, v) in gauges {
-        family(k, "gauge", "A level, not a count (see wbctl status).", vec![(String::new(), *v as f64)]);
-    }
-    let counters = counters.into_iter().map(|(k, v)| (format!("{{what=\"{k}\"}}"), *v as f64)).collect();
-    family("events", "counter", "Agent counters by kind.", counters);
-    out += "# EOF\n";
-    out
 }
 
 /// `s` made safe to print on a terminal: process names and cgroup paths

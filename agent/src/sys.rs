@@ -1,4 +1,8 @@
-//! Thin, safe wrappers over the syscalls the agent needs.
+//! Thin, safe wrappers over the syscalls the agent needs; the mount
+//! tables in `mounts`.
+
+mod mounts;
+pub use mounts::*;
 
 use std::{
     ffi::{CStr, CString},
@@ -320,65 +324,6 @@ pub fn notify(state: &str) {
     };
 }
 
-/// One line of /proc/self/mountinfo.
-#[derive(Debug, Clone)]
-pub struct MountInfo {
-    /// "major:minor"
-    pub dev: String,
-    /// The directory of the filesystem mounted there ("/" unless a bind mount).
-    pub root: String,
-    pub mount_point: String,
-    pub fstype: String,
-    /// What was mounted: a device, or a network filesystem's
-    /// "server:/export".
-    pub source: String,
-    /// The superblock's options ("rw,compress=zstd:1,space_cache=v2,...").
-    pub options: String,
-}
-
-/// The mounts this process sees (fields 3, 4 and 5, and the filesystem
-/// type, source and superblock options after the " - " separator).
-pub fn mounts() -> Vec<MountInfo> {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
-    info.lines().filter_map(mount_info).collect()
-}
-
-fn mount_info(line: &str) -> Option<MountInfo> {
-    let (pre, post) = line.split_once(" - ")?;
-    let mut f = pre.split(' ').skip(2);
-    let (dev, root, mnt) = (f.next()?, f.next()?, f.next()?);
-    let mut p = post.split(' ');
-    let fstype = p.next()?.to_owned();
-    let source = p.next().map(unescape).unwrap_or_default();
-    Some(MountInfo {
-        dev: dev.to_owned(),
-        root: unescape(root),
-        mount_point: unescape(mnt),
-        fstype,
-        source,
-        options: p.next().map(unescape).unwrap_or_default(),
-    })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as \ooo.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Raises the soft RLIMIT_NOFILE to `want` (within the hard limit): the
 /// agent holds a file and a pidfd per stream.  Returns the soft limit now
 /// in force.
@@ -414,29 +359,6 @@ mod tests {
         let seen = under_writeback(fd, 0, 1 << 20);
         std::fs::remove_file(&path).unwrap();
         assert!(matches!(seen, Some(0) | None), "{seen:?}");
-    }
-
-    #[test]
-    fn mountinfo_unescapes() {
-        assert_eq!(unescape(r"/mnt/with\040space"), "/mnt/with space");
-        assert_eq!(unescape(r"/plain"), "/plain");
-        assert_eq!(unescape(r"/end\04"), r"/end\04");
-    }
-
-    #[test]
-    fn mountinfo_line_has_type_and_superblock_options() {
-        let m = mount_info(
-            "41 29 0:45 / /home rw,relatime shared:20 - btrfs /dev/vda2 rw,compress=zstd:1,ssd,subvol=/home",
-        )
-        .unwrap();
-        assert_eq!((m.dev.as_str(), m.mount_point.as_str(), m.fstype.as_str()), ("0:45", "/home", "btrfs"));
-        assert_eq!(m.options, "rw,compress=zstd:1,ssd,subvol=/home");
-        assert_eq!(m.source, "/dev/vda2");
-        let nfs = mount_info(
-            "60 29 0:46 / /mnt/nfs rw,relatime shared:30 - nfs4 127.0.0.1:/srv/nfs rw,vers=4.2,rsize=262144",
-        )
-        .unwrap();
-        assert_eq!((nfs.source.as_str(), nfs.options.as_str()), ("127.0.0.1:/srv/nfs", "rw,vers=4.2,rsize=262144"));
     }
 
     /// A directory standing for a mount's root, its fd, and a path outside it.
@@ -557,10 +479,5 @@ mod tests {
         assert_eq!(kind(libc::EXDEV), ErrorKind::Other);
         assert_eq!(pidfd_error(io::Error::from_raw_os_error(libc::ESRCH)), ErrorKind::ProcessGone);
         assert_eq!(pidfd_error(io::Error::from_raw_os_error(libc::EPERM)), ErrorKind::Permission);
-    }
-
-    #[test]
-    fn mountinfo_has_the_root() {
-        assert!(mounts().iter().any(|m| m.mount_point == "/" && !m.fstype.is_empty()));
     }
 }

@@ -20,7 +20,7 @@ fn command() -> impl Strategy<Value = Command> {
         Just(Command::Status),
         Just(Command::Streams),
         Just(Command::Devices),
-        Just(Command::Metrics),
+        any::<bool>().prop_map(|openmetrics| Command::Metrics { openmetrics }),
         Just(Command::Reload),
         policy,
     ]

@@ -37,7 +37,10 @@ pub struct RootFuse {
 impl RootFuse {
     /// `script` (after fuse.py) with the mount point and `args`.
     pub fn spawn(script: &str, args: &[&str]) -> Result<Self> {
-        let dir = PathBuf::from(format!("/mnt/wb-fuse-{}", std::process::id()));
+        // Several at once in one test: each its own directory.
+        static MOUNTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = MOUNTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = PathBuf::from(format!("/mnt/wb-fuse-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let server = Command::new(PYTHON)
             .arg("-c")
@@ -59,6 +62,11 @@ impl RootFuse {
 
     pub fn file(&self) -> PathBuf {
         self.dir.join("f")
+    }
+
+    /// Its mount point.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 }
 

@@ -19,6 +19,7 @@ pub const MAX_STREAMS: usize = 8192;
                   file is rejected, the running policy stays).",
     override_usage = "writebehindd [--policy-dir DIR] [--policy FILE]... [--backend KIND] [--pacing-lever LEVER]\n       \
                       \x20            [--max-streams N] [--control PATH] [--control-group GRP] [--metrics-listen ADDR]\n       \
+                      \x20            [--observe]\n       \
                       writebehindd --check-policy PATH...\n       \
                       writebehindd --restore",
     after_help = "Policies: policies/README.md and the embedded default, policies/default.toml.\n\
@@ -62,6 +63,11 @@ pub struct Args {
     /// 127.0.0.1:9477 unless you mean it).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Observe only: detect streams and report what would be done (windows, closes, caps; `wbctl
+    /// status` says "would"), without any writeback call or dirty-limit change. As a root policy's
+    /// mode = "observe", for every cgroup whose policy acts.
+    #[arg(long)]
+    pub observe: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +127,7 @@ mod tests {
         assert_eq!(a.max_streams, MAX_STREAMS);
         assert_eq!((a.backend, a.pacing_lever), (Backend::Auto, Lever::Auto));
         assert!(a.policies.is_empty() && a.check_policy.is_none() && !a.restore);
-        assert!(a.control_group.is_none() && a.metrics_listen.is_none());
+        assert!(a.control_group.is_none() && a.metrics_listen.is_none() && !a.observe);
     }
 
     #[test]
@@ -145,8 +151,10 @@ mod tests {
             "adm",
             "--metrics-listen",
             "127.0.0.1:9477",
+            "--observe",
         ])
         .unwrap();
+        assert!(a.observe);
         assert_eq!(a.policy_dir, PathBuf::from("/d"));
         assert_eq!(a.policies, [PathBuf::from("a.toml"), PathBuf::from("b.toml")]);
         assert_eq!((a.backend, a.pacing_lever, a.max_streams), (Backend::Tracepoint, Lever::Global, 8));

@@ -36,10 +36,16 @@ pub enum Cmd {
     },
     /// Refresh `status` every second until interrupted.
     Watch,
-    /// OpenMetrics text, for a Prometheus textfile collector.
-    Metrics,
+    /// Metrics in Prometheus's text format, for a textfile collector and promtool.
+    Metrics {
+        /// OpenMetrics 1.0 instead, as --metrics-listen serves it.
+        #[arg(long)]
+        openmetrics: bool,
+    },
     /// Re-read the policy files (root only; like systemctl reload).
     Reload,
+    /// Per systemd unit since the daemon started: streams, bytes written behind, files flushed, time paced.
+    Units,
     /// Print a shell completion script.
     Completions {
         #[arg(value_parser = SHELLS)]

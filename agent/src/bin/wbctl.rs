@@ -10,7 +10,7 @@ use std::{
 
 use clap::{CommandFactory, ValueEnum};
 use writebehindd::status::{
-    Command, DeviceStatus, PROTOCOL, Request, Response, Status, StreamStatus, acts_on_terminal, printable,
+    Command, DeviceStatus, PROTOCOL, Request, Response, Status, StreamStatus, UnitStatus, acts_on_terminal, printable,
     printable_json,
 };
 use writebehindd_cli::wbctl::{Cli, Cmd};
@@ -40,8 +40,9 @@ fn run(cli: &Cli) -> Result<(), String> {
         Cmd::Streams => Command::Streams,
         Cmd::Devices => Command::Devices,
         Cmd::Policy { pid, cgroup } => Command::Policy { pid: *pid, cgroup: cgroup.clone() },
-        Cmd::Metrics => Command::Metrics,
+        Cmd::Metrics { openmetrics } => Command::Metrics { openmetrics: *openmetrics },
         Cmd::Reload => Command::Reload,
+        Cmd::Units => Command::Units,
     };
     let data = ask(cli, &Request { v: PROTOCOL, cmd })?;
     if cli.json {
@@ -51,8 +52,11 @@ fn run(cli: &Cli) -> Result<(), String> {
     let decode = |e: serde_json::Error| format!("unexpected answer from the daemon: {e}");
     match &cli.cmd {
         Cmd::Status => print!("{}", status_text(&serde_json::from_value(data).map_err(decode)?)),
-        Cmd::Streams => print!("{}", streams_text(&serde_json::from_value::<Vec<StreamStatus>>(data).map_err(decode)?)),
+        Cmd::Streams => {
+            print!("{}", streams_text(&serde_json::from_value::<Vec<StreamStatus>>(data).map_err(decode)?, false))
+        }
         Cmd::Devices => print!("{}", devices_text(&serde_json::from_value::<Vec<DeviceStatus>>(data).map_err(decode)?)),
+        Cmd::Units => print!("{}", units_text(&serde_json::from_value::<Vec<UnitStatus>>(data).map_err(decode)?)),
         Cmd::Policy { .. } => {
             println!("cgroup {}", printable(data["cgroup"].as_str().unwrap_or("?")));
             if let Some(p) = data["policy"].as_object() {
@@ -116,7 +120,7 @@ fn watch(cli: &Cli) -> Result<(), String> {
             if h.len() > 60 {
                 h.remove(0);
             }
-            println!("  {:<10} {} {}", printable(&d.bdi), sparkline(h), mib(d.dirty));
+            println!("  {:<10} {} {:>10}  {}", printable(&d.bdi), sparkline(h), mib(d.dirty), printable(&d.name));
         }
         std::io::stdout().flush().ok();
         std::thread::sleep(Duration::from_secs(1));
@@ -134,7 +138,15 @@ fn mib(b: u64) -> String {
 }
 
 fn status_text(s: &Status) -> String {
-    let mut out = format!(
+    // Said first: an observing daemon's figures are what it would do.
+    let mut out = match s.mode.as_str() {
+        "observe" => {
+            "mode: observe (nothing is written back or capped; would_ counters and \"would\" caps say what would be)\n"
+                .to_owned()
+        }
+        _ => String::new(),
+    };
+    out += &format!(
         "writebehindd {} — backend {}, kernel {}, up {:.0} s{}\npolicies: {}\ncgroups: {}\n\n",
         printable(&s.version),
         printable(&s.backend),
@@ -154,7 +166,7 @@ fn status_text(s: &Status) -> String {
         );
     }
     out += "\n";
-    out += &streams_text(&s.streams);
+    out += &streams_text(&s.streams, s.mode == "observe");
     out += "\ncounters:";
     for (k, v) in s.counters.iter().filter(|(k, v)| **v > 0 || !k.starts_with("error_")) {
         out += &format!(" {}={v}", printable(k));
@@ -164,25 +176,35 @@ fn status_text(s: &Status) -> String {
 
 fn devices_text(d: &[DeviceStatus]) -> String {
     let mut out = format!(
-        "{:<10} {:>12} {:>10} {:>10} {:>10} {:>19}  {}\n",
-        "DEVICE", "BANDWIDTH", "WINDOW", "IN FLIGHT", "DIRTY", "PACING", "BACKING"
+        "{:<10} {:>12} {:>10} {:>10} {:>10} {:>19}  {:<10}  {}\n",
+        "DEVICE", "BANDWIDTH", "WINDOW", "IN FLIGHT", "DIRTY", "PACING", "BACKING", "NAME"
     );
     for d in d {
         let pacing = match (d.paced_budget, d.lever.as_str()) {
+            (0, _) if d.would_budget != 0 => format!("would {} {}", mib(d.would_budget), printable(&d.would_lever)),
             (0, _) => "off".into(),
             (b, "global") => format!("cap {} global", mib(b)),
             (b, _) => format!("cap {}", mib(b)),
         };
         out += &format!(
-            "{:<10} {:>10}/s {:>10} {:>10} {:>10} {:>19}  {}\n",
+            "{:<10} {:>10}/s {:>10} {:>10} {:>10} {:>19}  {:<10}  {}\n",
             printable(&d.bdi),
             mib(d.bandwidth),
             mib(d.window),
             mib(d.chunk),
             mib(d.dirty),
             pacing,
-            printable(&d.backing)
+            printable(&d.backing),
+            printable(&d.name)
         );
+        if d.would_budget != 0 {
+            out += &format!(
+                "{:<10} would pace: budget {} via {} (observing writers; not set)\n",
+                "",
+                mib(d.would_budget),
+                printable(&d.would_lever)
+            );
+        }
         if d.stalled_secs > 0.0 {
             out += &format!(
                 "{:<10} stalled: writeback has waited {:.0} s in one call (the server or the disk does not answer)\n",
@@ -196,10 +218,19 @@ fn devices_text(d: &[DeviceStatus]) -> String {
     out
 }
 
-fn streams_text(v: &[StreamStatus]) -> String {
+/// `observing`: the whole daemon observes, and what its writers wrote is
+/// what it would have flushed.
+fn streams_text(v: &[StreamStatus], observing: bool) -> String {
     let mut out = format!(
         "{:>7} {:<16} {:<10} {:<8} {:>6} {:>12} {:>10}  {}\n",
-        "PID", "COMMAND", "KIND", "DEVICE", "FILES", "FLUSHED", "RATE", "CGROUP"
+        "PID",
+        "COMMAND",
+        "KIND",
+        "DEVICE",
+        "FILES",
+        if observing { "WOULD FLUSH" } else { "FLUSHED" },
+        "RATE",
+        "CGROUP"
     );
     for s in v {
         out += &format!(
@@ -216,6 +247,35 @@ fn streams_text(v: &[StreamStatus]) -> String {
     }
     if v.is_empty() {
         out += "(no streaming writer)\n";
+    }
+    out
+}
+
+/// `wbctl units`: each systemd unit's writers since the daemon started.
+fn units_text(v: &[UnitStatus]) -> String {
+    let mut out = format!(
+        "{:<32} {:>7} {:>14} {:>7} {:>9} {:>10}  {}\n",
+        "UNIT", "STREAMS", "WRITTEN BEHIND", "FILES", "PACED", "PEAK DIRTY", "CGROUP"
+    );
+    for u in v {
+        let streams = if u.streams_observed > 0 {
+            format!("{}+{}o", u.streams, u.streams_observed)
+        } else {
+            u.streams.to_string()
+        };
+        out += &format!(
+            "{:<32} {:>7} {:>14} {:>7} {:>8.1}s {:>10}  {}\n",
+            printable(&u.unit),
+            streams,
+            mib(u.written_behind_bytes),
+            u.files_flushed,
+            u.paced_secs,
+            mib(u.peak_dirty_bytes),
+            printable(&u.cgroup)
+        );
+    }
+    if v.is_empty() {
+        out += "(no writer seen yet)\n";
     }
     out
 }

@@ -37,6 +37,8 @@ pub(super) struct Intake {
     /// Where the policies are read from again at a reload.
     pub(super) policy_dir: PathBuf,
     pub(super) policy_files: Vec<PathBuf>,
+    /// --observe: every policy that acts observes, also after a reload.
+    pub(super) observe: bool,
     /// What the control socket asks: status snapshots and reloads.
     pub(super) requests: Requests,
     /// The last snapshot, while it may serve requests again.
@@ -123,9 +125,9 @@ impl Intake {
     }
 
     fn reload(&mut self) {
-        match super::load_policies(&self.policy_dir, &self.policy_files) {
+        match super::load_policies(&self.policy_dir, &self.policy_files, self.observe) {
             Ok(set) => {
-                self.table.set_policy(set.root().clone());
+                self.table.set_policy(set.root().clone(), set.observes());
                 self.cgroups.replace(set);
                 tracing::info!(policies = %self.cgroups.set().sources.join(", "), "policies reloaded");
                 self.requests.policies.send_replace(Arc::new(self.cgroups.set().clone()));
@@ -156,8 +158,11 @@ impl Intake {
         }
         counters.insert("flush_memory_bytes".into(), table.flush_memory() as u64);
         counters.insert("intake_lag_ms".into(), self.lag_last_second / 1_000_000);
+        counters.insert("journal_dropped".into(), crate::journal::DROPPED.load(std::sync::atomic::Ordering::Relaxed));
+        counters.extend(table.pace_counts().map(|(k, v)| (k.to_owned(), v)));
         Status {
             version: env!("CARGO_PKG_VERSION").into(),
+            mode: if cgroups.set().observes() { "observe" } else { "act" }.into(),
             backend: loaded.backend.clone(),
             kernel: self.kernel.clone(),
             uptime_s: self.started.elapsed().as_secs_f64(),
@@ -168,6 +173,7 @@ impl Intake {
             global_limits: table.global_limits(),
             streams,
             counters,
+            units: table.units(),
         }
     }
 }

@@ -304,6 +304,42 @@ fn budget_action(i: &Inputs, fast: bool, window: u64) -> Action {
     }
 }
 
+/// Who asks a device's tick for pacing, for `observed`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Askers {
+    /// The whole daemon observes (its root policy, or --observe).
+    pub observes_all: bool,
+    /// Writers that count for pacing now, and whether one of them acts
+    /// (its policy is not "observe").
+    pub writers: u64,
+    pub acting: bool,
+    /// The cap in force, and the one only reported ("would pace").
+    pub budget: u64,
+    pub would: u64,
+    /// Whether the latest writer that counted there acted.
+    pub last_acting: bool,
+}
+
+/// Whether the device's tick only reports what it would do with the pacer
+/// (a "would" cap, no knob written) rather than doing it.  A device is
+/// paced for real only while some acting writer needs it; one that only
+/// observing writers need is reported as "would pace".  With no writer
+/// counting (LINGER, or a crowded device), whichever is in force goes on;
+/// with neither, a cap goes the way of the latest writer that counted.
+pub(super) fn observed(a: Askers) -> bool {
+    if a.observes_all {
+        true
+    } else if a.writers > 0 {
+        !a.acting
+    } else if a.budget != 0 {
+        false
+    } else if a.would != 0 {
+        true
+    } else {
+        !a.last_acting
+    }
+}
+
 /// Whether BPF may batch the device's closes: paced, or never to be, no
 /// close needs the agent at once.  Read after the pacer was told: its
 /// answer sets the budget, and may step aside (`stepped_aside`, asked last).

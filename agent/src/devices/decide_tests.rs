@@ -369,3 +369,22 @@ fn a_device_holding_more_than_its_pool_is_paced_whoever_wrote_it() {
     i.device.dirty = pool;
     assert_eq!(action(&i), Action::Release { why: ReleaseWhy::Unpaced });
 }
+
+#[test]
+fn only_observing_writers_get_a_would_cap() {
+    use super::decide::{Askers, observed};
+    let acting = Askers { writers: 2, acting: true, last_acting: true, ..Default::default() };
+    assert!(!observed(acting), "an acting writer among them: paced for real");
+    assert!(observed(Askers { acting: false, ..acting }), "only observing writers: would pace");
+    assert!(observed(Askers { observes_all: true, ..acting }), "a daemon that observes never paces");
+    assert!(
+        observed(Askers { acting: false, budget: 8 << 20, ..acting }),
+        "a real cap ends once only observers need it"
+    );
+    // No writer counting: what is in force goes on, else the latest writer's way.
+    let idle = Askers { writers: 0, ..acting };
+    assert!(!observed(Askers { budget: 8 << 20, last_acting: false, ..idle }));
+    assert!(observed(Askers { would: 8 << 20, ..idle }));
+    assert!(!observed(idle));
+    assert!(observed(Askers { last_acting: false, ..idle }));
+}

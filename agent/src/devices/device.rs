@@ -16,6 +16,12 @@ use super::{
 use crate::{abi::wb_device, bandwidth::Rate};
 
 pub(super) struct Device {
+    /// What people know it by (names.rs): kept until its superblocks or
+    /// the mount table change.
+    pub(super) name: String,
+    /// Since when it is paced (a budget set), and how long it was before.
+    pub(super) paced_since: Option<Instant>,
+    pub(super) paced_before: std::time::Duration,
     pub(super) shared: Arc<DeviceShared>,
     /// Superblocks on this device (btrfs: one bdi, several may appear).
     pub(super) sb_devs: HashSet<u32>,
@@ -51,6 +57,11 @@ pub(super) struct Device {
     pub(super) dirty: u64,
     /// The dirty cap the agent set, 0 when not pacing.
     pub(super) budget: u64,
+    /// The cap it would set, were its writers not observing (decide::
+    /// observed), 0 when it would not pace: reported, never written.
+    pub(super) would: u64,
+    /// Whether the latest writer that counted for pacing acted.
+    pub(super) last_acting: bool,
     /// When an event last named it.
     pub(super) last_event: Instant,
     /// What its writers dirtied lately, together (None until one did).
@@ -58,6 +69,24 @@ pub(super) struct Device {
 }
 
 impl Device {
+    /// Its superblocks as mountinfo writes them.
+    pub(super) fn sb_names(&self) -> Vec<String> {
+        self.sb_devs.iter().map(|&sb| super::probe::sb_dev_name(sb)).collect()
+    }
+
+    /// Notes whether it is paced now; the time it was paced, in all.
+    pub(super) fn paced(&mut self, now: Instant) -> std::time::Duration {
+        match (self.budget > 0, self.paced_since) {
+            (true, None) => self.paced_since = Some(now),
+            (false, Some(since)) => {
+                self.paced_before += now.saturating_duration_since(since);
+                self.paced_since = None;
+            }
+            _ => {}
+        }
+        self.paced_before + self.paced_since.map_or(Default::default(), |s| now.saturating_duration_since(s))
+    }
+
     /// The lever that paces it, as read when it was first seen (`knobs`:
     /// some lever can; `own_limit`: its own).
     pub(super) fn lever(&self) -> Option<crate::pacing::Lever> {
@@ -91,8 +120,9 @@ impl Device {
         )
     }
 
-    /// What a tick decides from, of the device.
-    pub(super) fn view(&self) -> DeviceView {
+    /// What a tick decides from, of the device; `observed`: of its
+    /// "would" cap, not of the cap in force.
+    pub(super) fn view(&self, observed: bool) -> DeviceView {
         let (bw, capacity) = self.shared.rates();
         DeviceView {
             bw,
@@ -105,7 +135,7 @@ impl Device {
             capped_slow: self.capped_slow,
             dirty: self.dirty,
             last_event: self.last_event,
-            budget: self.budget,
+            budget: if observed { self.would } else { self.budget },
             last_busy: self.last_busy,
             last_small_files: self.last_small_files,
             stalled: self.shared.stalled().is_some(),

@@ -29,7 +29,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 
 pub use self::{decide::SMALL_FILES, shared::DeviceShared};
 use self::{
-    decide::{Action, Figures, Inputs, PacerView, Pushed, ReleaseWhy},
+    decide::{Action, Askers, Figures, Inputs, PacerView, Pushed, ReleaseWhy},
     device::Device,
     probe::{compress_grain, kernel_name, max_request, sb_dev_name},
 };
@@ -38,7 +38,8 @@ use crate::{
     backing::Backing,
     bandwidth::{self, Active, Estimator, Sizing},
     pacing::Pacer,
-    policy::{OnBattery, Policy},
+    policy::{Mode, OnBattery, Policy},
+    status::printable,
 };
 
 /// A device with no event for this long, not paced, is forgotten (its record,
@@ -66,6 +67,25 @@ pub struct Devices {
     /// Whether the root policy's leave_devices lists a (bdi, sb_dev): the
     /// names read once, kept until the policy changes (LEFT_KEPT at most).
     left: HashMap<(String, u32), bool>,
+    /// Devices the agent started pacing, and that it would have started
+    /// pacing for observing writers (counters pacing_started, would_pace).
+    pacing_started: u64,
+    would_pace: u64,
+    /// The whole daemon observes (PolicySet::observes; the root policy's
+    /// mode may be off under --observe).
+    observing: bool,
+    /// Devices' names, read again when the mount table changes.
+    names: crate::names::Names,
+}
+
+/// A lever as status and the journal name it ("bdi", "global"; "" for
+/// none).
+fn lever_name(lever: Option<crate::pacing::Lever>) -> &'static str {
+    match lever {
+        Some(crate::pacing::Lever::Global) => "global",
+        Some(_) => "bdi",
+        None => "",
+    }
 }
 
 /// Entries of `Devices::left`: past this many (each FUSE mount is a
@@ -85,7 +105,28 @@ impl Devices {
             map_failures: push::Failures::default(),
             page_size,
             left: HashMap::new(),
+            pacing_started: 0,
+            would_pace: 0,
+            observing: false,
+            names: crate::names::Names::default(),
         }
+    }
+
+    /// Whether the whole daemon observes (start, reload).
+    pub fn set_observing(&mut self, observing: bool) {
+        self.observing = observing;
+    }
+
+    /// The whole daemon observes (its root policy's mode, which --observe
+    /// sets): no device is paced, whoever writes.
+    fn observes_all(&self) -> bool {
+        self.observing || self.policy.mode == Mode::Observe
+    }
+
+    /// Devices it started pacing, and devices it would have (observing
+    /// writers'), by counter name.
+    pub fn pace_counts(&self) -> [(&'static str, u64); 2] {
+        [("pacing_started", self.pacing_started), ("would_pace", self.would_pace)]
     }
 
     /// New root policy (reloaded): windows and budgets follow at the next tick.
@@ -159,6 +200,9 @@ impl Devices {
                 );
             }
             Device {
+                name: String::new(),
+                paced_since: None,
+                paced_before: Duration::ZERO,
                 shared: Arc::new(DeviceShared {
                     est: Mutex::new(Estimator::new(initial_bw)),
                     window: AtomicU64::new(window),
@@ -180,6 +224,8 @@ impl Devices {
                 capped_slow: false,
                 dirty: 0,
                 budget: 0,
+                would: 0,
+                last_acting: true,
                 last_event: Instant::now(),
                 dirtied: None,
             }
@@ -187,6 +233,12 @@ impl Devices {
         dev.last_event = Instant::now();
         if new_node {
             dev.nodes.insert(ev.sb_dev, mounts.iter().any(|m| m.dev == sb_dev));
+        }
+        if new_sb {
+            let mut sbs = dev.sb_names();
+            sbs.push(sb_dev.clone());
+            sbs.dedup();
+            dev.name = self.names.of(&bdi, &sbs);
         }
         dev.shared.est.lock().unwrap().kernel(ev.bdi_bw_pages * self.page_size);
         dev.dirty = (ev.bdi_dirty_pages as i64).max(0) as u64 * self.page_size;
@@ -200,6 +252,7 @@ impl Devices {
                 if backing.user_made() && !dev.shared.user_made() {
                     tracing::info!(
                         bdi,
+                        name = %printable(&dev.name),
                         backing = %backing.describe(),
                         "a user sets this device's speed: it paces nobody unless the root policy says pace_user_devices"
                     );
@@ -211,6 +264,7 @@ impl Devices {
                 if !backing.global_lever() && !dev.own_limit {
                     tracing::info!(
                         bdi,
+                        name = %printable(&dev.name),
                         backing = %backing.describe(),
                         "no dirty limit of its own: windows only, the global limit stays the administrator's"
                     );
@@ -236,18 +290,27 @@ impl Devices {
     /// than the device piles up ~100 MiB per 100 ms tick.  Other
     /// events (a trickle of closes) neither start nor prolong pacing.
     /// `small_files`: the writer's files are small (SMALL_FILES), paced at
-    /// once whatever its dirty pages say yet.
-    pub fn busy(&mut self, bdi: &str, small_files: bool) {
+    /// once whatever its dirty pages say yet.  `acting`: the writer's
+    /// policy acts (an observing writer's need is a "would", decide::
+    /// observed).
+    pub fn busy(&mut self, bdi: &str, small_files: bool, acting: bool) {
         let Some(dev) = self.devs.get_mut(bdi) else { return };
         let now = Instant::now();
         dev.last_busy = Some(now);
         if small_files {
             dev.last_small_files = Some(now);
         }
-        if dev.budget == 0 && self.policy.pacing {
+        let capped = dev.budget != 0 || (!acting && dev.would != 0);
+        if !capped && self.policy.pacing {
             self.update_yield();
-            self.tick_one(bdi, Active { writers: 1, windowed: 1 });
+            self.tick_one(bdi, Active { writers: 1, windowed: 1 }, acting);
         }
+    }
+
+    /// What people know the device by, as the journal writes it (escaped;
+    /// the bdi for a device not known).
+    pub fn name(&self, bdi: &str) -> String {
+        self.devs.get(bdi).map_or_else(|| bdi.to_owned(), |d| printable(&d.name))
     }
 
     /// A device an event was noted for, unless forgotten since (idle).
@@ -277,6 +340,11 @@ impl Devices {
         self.devs.get(bdi).map_or(0, |d| d.budget)
     }
 
+    /// The cap it would hold for observing writers; 0 when it would not.
+    pub fn would_budget(&self, bdi: &str) -> u64 {
+        self.devs.get(bdi).map_or(0, |d| d.would)
+    }
+
     /// Adds what a writer dirtied to its device's rate; whether all of the
     /// device's writers together now dirty at a meaningful rate
     /// (Device::dirtied; false for a device not known).
@@ -291,14 +359,20 @@ impl Devices {
     }
 
     /// Resizes windows from the latest estimates and paces the devices with
-    /// active streaming writers.
-    pub fn tick(&mut self, active: &HashMap<String, Active>, on_battery: bool) {
+    /// active streaming writers (`acting`: the devices where one of them
+    /// acts; the others' need is reported, decide::observed).
+    pub fn tick(&mut self, active: &HashMap<String, Active>, acting: &HashSet<String>, on_battery: bool) {
         self.on_battery = on_battery;
+        if self.names.changed() {
+            for (bdi, d) in &mut self.devs {
+                d.name = self.names.of(bdi, &d.sb_names());
+            }
+        }
         self.update_yield();
         let bdis: Vec<String> = self.devs.keys().cloned().collect();
         for bdi in bdis {
             let a = active.get(&bdi).copied().unwrap_or_default();
-            self.tick_one(&bdi, a);
+            self.tick_one(&bdi, a, acting.contains(&bdi));
         }
         self.pacer.tick();
     }
@@ -372,8 +446,29 @@ impl Devices {
 
     /// Sizes the device's window and chunk and paces it (or not), as
     /// decide::decide says, and brings BPF's entry for it up to date.
-    fn tick_one(&mut self, bdi: &str, active: Active) {
-        let Some(inputs) = self.inputs(bdi, active, Instant::now()) else {
+    /// `acting`: a writer that counts there acts.  Where only observing
+    /// writers ask (decide::observed), what the pacer would be told is
+    /// kept as the device's "would" cap and nothing is written.
+    fn tick_one(&mut self, bdi: &str, active: Active, acting: bool) {
+        let observes_all = self.observes_all();
+        let Some(dev) = self.devs.get_mut(bdi) else {
+            return;
+        };
+        let (budget, would, last_acting) = (dev.budget, dev.would, dev.last_acting);
+        let observed =
+            decide::observed(Askers { observes_all, writers: active.writers, acting, budget, would, last_acting });
+        if active.writers > 0 {
+            dev.last_acting = acting;
+        }
+        if observed && budget != 0 {
+            tracing::info!(bdi, "only observing writers need the cap: released, reported as would pace");
+            self.pacer.release(bdi);
+            dev.budget = 0;
+        }
+        if !observed {
+            dev.would = 0;
+        }
+        let Some(inputs) = self.inputs(bdi, active, Instant::now(), observed) else {
             return;
         };
         let decision = decide::decide(&inputs);
@@ -381,10 +476,31 @@ impl Devices {
         let Some(dev) = self.devs.get_mut(bdi) else {
             return;
         };
+        // Every line logged meanwhile (the pacer's "pacing on" too) names it.
+        let _named = tracing::info_span!("device", name = %printable(&dev.name)).entered();
         dev.fast = decision.fast;
         dev.shared.chunk.store(decision.chunk, Relaxed);
         dev.shared.window.store(decision.window, Relaxed);
-        match decision.action {
+        if observed {
+            match decision.action {
+                Action::Keep | Action::Stall { .. } => {}
+                Action::Release { .. } => {
+                    if std::mem::take(&mut dev.would) != 0 {
+                        tracing::info!(bdi, "would stop pacing the device (observing)");
+                    }
+                }
+                Action::Cap { budget, capped_slow, .. } => {
+                    if dev.would == 0 {
+                        self.would_pace += 1;
+                        let lever = lever_name(self.pacer.lever(bdi));
+                        tracing::info!(bdi, bw, dirty = dev.dirty, budget, lever, "would cap the device (observing)");
+                    }
+                    (dev.would, dev.capped_slow) = (budget, capped_slow);
+                }
+            }
+        }
+        let action = if observed { Action::Keep } else { decision.action };
+        match action {
             Action::Keep => {}
             Action::Stall { held } => self.pacer.stall(bdi, held),
             Action::Release { why: ReleaseWhy::Fast } => {
@@ -401,6 +517,7 @@ impl Devices {
                     tracing::info!(bdi, bw, dirty = dev.dirty, budget, why, "capping the device");
                 }
                 dev.capped_slow = capped_slow;
+                let was = dev.budget;
                 dev.budget = match self.pacer.pace(bdi, budget) {
                     Ok(true) => budget,
                     Ok(false) => 0,
@@ -409,8 +526,12 @@ impl Devices {
                         0
                     }
                 };
+                if was == 0 && dev.budget != 0 {
+                    self.pacing_started += 1;
+                }
             }
         }
+        dev.paced(inputs.now);
         let batch = decide::batch_closes(dev.budget, decision.pacing, dev.knobs, || self.pacer.stepped_aside(bdi));
         let next = Pushed { bw, batch, floor: decision.floor, pool: decision.pool };
         if let Some(next) = decide::push(dev.pushed, next)
@@ -426,8 +547,9 @@ impl Devices {
         }
     }
 
-    /// What the device's tick decides from (None for a device not known).
-    fn inputs(&self, bdi: &str, active: Active, now: Instant) -> Option<Inputs> {
+    /// What the device's tick decides from (None for a device not known);
+    /// `observed`: for its "would" cap, as if the pacer had set it.
+    fn inputs(&self, bdi: &str, active: Active, now: Instant, observed: bool) -> Option<Inputs> {
         let dev = self.devs.get(bdi)?;
         let sizing = self.sizing();
         let figures = Figures {
@@ -446,19 +568,29 @@ impl Devices {
                 dev.lever(),
                 sizing.map_or(self.policy.dirty_seconds, |z| z.dirty_seconds),
             ),
-            is_stalled: self.pacer.is_stalled(bdi),
-            is_paced: self.pacer.is_paced(bdi),
+            is_stalled: !observed && self.pacer.is_stalled(bdi),
+            is_paced: if observed { dev.would != 0 } else { self.pacer.is_paced(bdi) },
         };
-        Some(Inputs { now, figures, yield_global: self.yielding_global, active, device: dev.view(), pacer })
+        Some(Inputs { now, figures, yield_global: self.yielding_global, active, device: dev.view(observed), pacer })
+    }
+
+    /// Whether device `bdi` is paced now (for real), and its dirty +
+    /// writeback bytes at its last event; None for a device not known.
+    pub fn paced_dirty(&self, bdi: &str) -> Option<(bool, u64)> {
+        self.devs.get(bdi).map(|d| (d.budget != 0, d.dirty))
     }
 
     /// For `wbctl devices`.
     pub fn status(&self) -> Vec<crate::status::DeviceStatus> {
+        let now = Instant::now();
         let mut v: Vec<_> = self
             .devs
             .iter()
             .map(|(bdi, d)| crate::status::DeviceStatus {
                 bdi: bdi.clone(),
+                name: d.name.clone(),
+                paced_secs: d.paced_before.as_secs_f64()
+                    + d.paced_since.map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64()),
                 bandwidth: d.shared.bandwidth(),
                 window: d.shared.window(),
                 chunk: d.shared.chunk(),
@@ -466,6 +598,8 @@ impl Devices {
                 paced_budget: d.budget,
                 stalled_secs: d.shared.stalled().map_or(0.0, |d| d.as_secs_f64()),
                 lever: self.pacer.lever_of(bdi).into(),
+                would_budget: d.would,
+                would_lever: if d.would != 0 { lever_name(self.pacer.lever(bdi)).into() } else { String::new() },
                 backing: match &d.export {
                     Some(export) => format!("{} {export}", d.shared.backing().describe()),
                     None => d.shared.backing().describe(),

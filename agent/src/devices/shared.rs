@@ -88,12 +88,6 @@ impl DeviceShared {
         self.backing().network()
     }
 
-    /// Whether closing a file of the device may wait for a server
-    /// (Backing::close_waits).
-    pub fn close_waits(&self) -> bool {
-        self.backing().close_waits()
-    }
-
     /// Whether a span ending at `end` is flushed: on a device with a grain
     /// only at a multiple of it.  The first span can end elsewhere, sized
     /// before BPF knew the grain: the next one takes it in (flush_start).

@@ -7,6 +7,59 @@ use super::{
     *,
 };
 
+/// Every device `active` names, as having an acting writer.
+fn acts(active: &HashMap<String, Active>) -> HashSet<String> {
+    active.keys().cloned().collect()
+}
+
+/// An observing writer's device gets a "would" cap and no knob is written;
+/// an acting writer of it then paces it for real, and a daemon that
+/// observes everywhere never does.
+#[test]
+fn observing_writers_get_a_would_cap_and_no_knob_is_written() {
+    let sysfs = crate::pacing::tests::FakeSysfs::new("observe");
+    // What a release restores (max_bytes follows max_ratio_fine in the
+    // kernel, not in the fake).
+    let knobs = |s: &crate::pacing::tests::FakeSysfs| (s.get("strict_limit"), s.get("max_ratio_fine"));
+    let max_bytes = sysfs.get("max_bytes");
+    let before = knobs(&sysfs);
+    const MIB: u64 = 1 << 20;
+    let writing = HashMap::from([("7:0".to_owned(), Active { writers: 1, windowed: 1 })]);
+    let mut d = Devices::new(Policy::embedded_default(), None, sysfs.pacer());
+    disk_holding(&mut d, 100 * MIB, 8 * MIB);
+    d.busy("7:0", false, false);
+    d.tick(&writing, &HashSet::new(), false);
+    assert_eq!(d.budget("7:0"), 0);
+    assert!(d.would_budget("7:0") >= 4 * MIB, "room for two windows at least: {}", d.would_budget("7:0"));
+    assert_eq!((knobs(&sysfs), sysfs.get("max_bytes")), (before.clone(), max_bytes.clone()), "nothing written");
+    assert!(!sysfs.journaled(), "nothing journaled: nothing to restore");
+    let status = &d.status()[0];
+    assert_eq!(
+        (status.paced_budget, status.would_budget, status.would_lever.as_str()),
+        (0, d.would_budget("7:0"), "bdi")
+    );
+    assert_eq!(d.pace_counts(), [("pacing_started", 0), ("would_pace", 1)]);
+    // An acting writer comes: paced for real, the would-cap gone.
+    d.tick(&writing, &acts(&writing), false);
+    assert!(d.budget("7:0") > 0 && d.would_budget("7:0") == 0);
+    assert_eq!(sysfs.get("strict_limit"), "1");
+    // Only the observer left: released, a would again.
+    d.tick(&writing, &HashSet::new(), false);
+    assert_eq!((d.budget("7:0"), knobs(&sysfs)), (0, before.clone()));
+    assert!(d.would_budget("7:0") > 0);
+    assert_eq!(d.pace_counts(), [("pacing_started", 1), ("would_pace", 2)]);
+    d.shutdown();
+    // The whole daemon observing: even acting writers' needs are a would.
+    let observing = Policy { mode: crate::policy::Mode::Observe, ..Policy::embedded_default() };
+    let sysfs = crate::pacing::tests::FakeSysfs::new("observe-all");
+    let mut d = Devices::new(observing, None, sysfs.pacer());
+    disk_holding(&mut d, 100 * MIB, 8 * MIB);
+    d.busy("7:0", false, true);
+    d.tick(&writing, &acts(&writing), false);
+    assert_eq!((d.budget("7:0"), knobs(&sysfs), sysfs.get("max_bytes")), (0, before, max_bytes));
+    assert!(d.would_budget("7:0") > 0);
+}
+
 /// Devices no event named for DEVICE_IDLE are forgotten; a recent one is kept.
 #[test]
 fn idle_devices_are_forgotten() {
@@ -65,30 +118,30 @@ fn a_fast_device_is_paced_once_its_writeback_falls_behind_or_small_files_come_ev
     // One writer's budget at 2 GiB/s: four windows of 61 MiB.
     let mut d = devices();
     disk_holding(&mut d, FAST, 8 * MIB);
-    d.busy("7:0", false);
+    d.busy("7:0", false, true);
     assert_eq!(d.budget("7:0"), 0, "8 MiB dirty: its writeback keeps up");
     disk_holding(&mut d, FAST, 1024 * MIB);
-    d.busy("7:0", false);
+    d.busy("7:0", false, true);
     assert_ne!(d.budget("7:0"), 0, "1 GiB dirty: it does not");
     d.shutdown();
     let mut d = devices();
     disk_holding(&mut d, FAST, 8 * MIB);
-    d.busy("7:0", true);
+    d.busy("7:0", true, true);
     assert_ne!(d.budget("7:0"), 0, "a writer of small files: at once");
     d.shutdown();
     let mut d = devices();
     disk_holding(&mut d, 200 * MIB, 8 * MIB);
-    d.busy("7:0", false);
+    d.busy("7:0", false, true);
     assert_ne!(d.budget("7:0"), 0, "a 200 MiB/s device: at once, as ever");
     // The next tick, the device measured fast since.
     let writing = HashMap::from([("7:0".to_owned(), Active { writers: 1, windowed: 1 })]);
     disk_holding(&mut d, FAST, 8 * MIB);
-    d.tick(&writing, false);
+    d.tick(&writing, &acts(&writing), false);
     assert_eq!(d.budget("7:0"), 0, "measured fast since: uncapped");
     disk_holding(&mut d, 200 * MIB, 8 * MIB);
-    d.tick(&writing, false);
+    d.tick(&writing, &acts(&writing), false);
     assert_eq!(d.budget("7:0"), 0, "fast once, fast still: contention slows an estimate");
-    d.busy("7:0", true);
+    d.busy("7:0", true, true);
     assert_ne!(d.budget("7:0"), 0, "and capped once a writer of small files counts");
     d.shutdown();
 }
@@ -100,16 +153,16 @@ fn a_network_filesystems_windows_and_chunks_are_a_quarter_second_of_its_link_und
     const MIB: u64 = 1 << 20;
     let writing = HashMap::from([("7:0".to_owned(), Active { writers: 1, windowed: 1 })]);
     disk_holding(&mut d, 26 * MIB, 8 * MIB);
-    d.tick(&writing, false);
+    d.tick(&writing, &acts(&writing), false);
     let disk = d.devs["7:0"].shared.clone();
     let (bw, _) = disk.rates();
     assert!(disk.chunk() < bw / 4 && disk.window() < bw / 4, "a disk's: a fraction of that");
     *disk.backing.lock().unwrap() = Backing::Network;
-    d.tick(&writing, false);
+    d.tick(&writing, &acts(&writing), false);
     let quarter = (bw as f64 * NETWORK_WINDOW_SECONDS) as u64;
     assert!(disk.chunk() < quarter, "a link the agent has not timed: as a disk");
     disk.sample(26 * MIB, Duration::from_secs(1));
-    d.tick(&writing, false);
+    d.tick(&writing, &acts(&writing), false);
     let (bw, _) = disk.rates();
     let quarter = (bw as f64 * NETWORK_WINDOW_SECONDS) as u64;
     assert!(disk.chunk() >= quarter && disk.window() >= quarter, "a COMMIT per quarter second, at most");
@@ -117,7 +170,7 @@ fn a_network_filesystems_windows_and_chunks_are_a_quarter_second_of_its_link_und
     // Under the global limit two such chunks in flight would fill it.
     assert!(d.devs["7:0"].own_limit, "the fake sysfs has the bdi's knobs");
     d.devs.get_mut("7:0").unwrap().own_limit = false;
-    d.tick(&writing, false);
+    d.tick(&writing, &acts(&writing), false);
     assert!(disk.chunk() < quarter && d.devs["7:0"].floor(bw) < quarter, "the global limit: as a disk");
     d.shutdown();
 }
@@ -133,18 +186,18 @@ fn an_smb_share_is_paced_under_its_own_limit_and_the_global_one_paces_nobody_whi
     disk_holding(&mut d, 26 * MIB, 8 * MIB);
     device_holding(&mut d, "7:1", 26 * MIB, 8 * MIB);
     *d.devs["7:0"].shared.backing.lock().unwrap() = Backing::Smb;
-    d.busy("7:0", false);
-    d.tick(&writing, false);
+    d.busy("7:0", false, true);
+    d.tick(&writing, &acts(&writing), false);
     assert!(d.budget("7:0") != 0 && d.budget("7:1") != 0, "under their own limits: both paced");
     // Both on the global lever (the fake sysfs has knobs: paced
     // through them all the same, which is not what is tested here).
     for dev in d.devs.values_mut() {
         dev.own_limit = false;
     }
-    d.tick(&writing, false);
+    d.tick(&writing, &acts(&writing), false);
     assert_eq!((d.budget("7:0"), d.budget("7:1")), (0, 0), "the global limit: nobody while the share is written");
     assert!(!d.pacer.is_paced("7:0") && !d.pacer.is_paced("7:1"));
-    d.tick(&writing, false);
+    d.tick(&writing, &acts(&writing), false);
     assert_eq!((d.budget("7:0"), d.budget("7:1")), (0, 0), "nor at the next tick");
     // The share's writer gone LINGER ago, its 8 MiB not yet drained
     // at 2 MiB/s: nothing paced yet.
@@ -152,20 +205,20 @@ fn an_smb_share_is_paced_under_its_own_limit_and_the_global_one_paces_nobody_whi
     let share = d.devs["7:0"].shared.clone();
     share.sample(2 * MIB, Duration::from_secs(1));
     d.devs.get_mut("7:0").unwrap().last_busy = Instant::now().checked_sub(LINGER * 2);
-    d.tick(&disk_only, false);
+    d.tick(&disk_only, &acts(&disk_only), false);
     assert_eq!(d.budget("7:1"), 0, "the share's pages still draining");
     // Nor while its server does not answer.
     d.devs.get_mut("7:0").unwrap().last_busy = Instant::now().checked_sub(LINGER * 10);
     let waiting = share.waiting();
     *share.waiting.lock().unwrap() = Instant::now().checked_sub(STALLED + Duration::from_secs(1));
-    d.tick(&disk_only, false);
+    d.tick(&disk_only, &acts(&disk_only), false);
     assert_eq!(d.budget("7:1"), 0, "the share stalled");
     drop(waiting);
-    d.tick(&disk_only, false);
+    d.tick(&disk_only, &acts(&disk_only), false);
     assert!(d.budget("7:0") == 0 && d.budget("7:1") != 0, "the share done: the disk paced again");
     *d.devs["7:0"].shared.backing.lock().unwrap() = Backing::Network;
-    d.busy("7:0", false);
-    d.tick(&writing, false);
+    d.busy("7:0", false, true);
+    d.tick(&writing, &acts(&writing), false);
     assert!(d.budget("7:0") != 0 && d.budget("7:1") != 0, "an NFS mount is paced like a disk");
     d.shutdown();
 }

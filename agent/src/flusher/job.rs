@@ -1,10 +1,15 @@
 //! What a device's thread is given: flushes (a range of a target file,
 //! charged to its writer's user in the flush memory), in batches by owner,
-//! and a stream's file, opened on that thread and held.
+//! and a stream's file, opened on that thread, held, and closed there.
 
 use std::{
     os::fd::OwnedFd,
-    sync::{Arc, Mutex, OnceLock},
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicUsize, Ordering},
+        mpsc,
+    },
+    thread::{self, ThreadId},
 };
 
 use crate::{
@@ -34,16 +39,60 @@ pub struct StreamFile {
     /// Its path beneath its mount, from the close (filesystems without
     /// file handles): the close's flush may find the file not yet opened.
     path: OnceLock<RelPath>,
-    file: OnceLock<Option<Arc<OwnedFd>>>,
-    /// Its close may wait for a server (Backing::close_waits): closed on a
-    /// closer thread (closer.rs).
-    close_waits: bool,
+    /// The file, and the thread that opened it, which alone closes it.
+    file: OnceLock<Option<(Arc<OwnedFd>, Home)>>,
+}
+
+/// The device thread a stream's file was opened on: it alone closes the
+/// file.  A last close can wait for a long time or for ever: for a server
+/// (NFS's CLOSE; FUSE's FLUSH, which a user's own server may withhold), or
+/// for the pages of an unlinked file.  On its own device's thread it holds
+/// that device's work and no other device's, and never the thread that
+/// drains events, answers wbctl and pings the watchdog.  Nor does it let
+/// descriptors pile up: that thread opens no file while it waits, so a
+/// stuck close holds at most the files of its device already open.
+/// Closer threads shared by device number (four, with queues without a
+/// bound) let one FUSE server's withheld FLUSH hold every later close of
+/// every device that shared its thread.
+#[derive(Debug, Clone)]
+pub(super) struct Home {
+    closes: mpsc::Sender<Arc<OwnedFd>>,
+    /// Files opened on it and not yet closed: a thread holding one is not
+    /// retired, so that its closes always have a thread.
+    held: Arc<AtomicUsize>,
+    thread: ThreadId,
+}
+
+impl Home {
+    /// The calling thread, as the home of the files it opens.
+    pub(super) fn here(closes: mpsc::Sender<Arc<OwnedFd>>, held: Arc<AtomicUsize>) -> Self {
+        Self { closes, held, thread: thread::current().id() }
+    }
+
+    /// Closes `file` here if this is its home, or sends it home.
+    fn close(self, file: Arc<OwnedFd>) {
+        if thread::current().id() == self.thread {
+            drop(file);
+            self.closed();
+        } else if let Err(unsent) = self.closes.send(file) {
+            // Its thread has ended: only at shutdown, or after a panic (a
+            // thread is retired only once it holds no file).  Closing it
+            // here could wait on this thread; the process's exit closes it.
+            std::mem::forget(unsent.0);
+            self.closed();
+        }
+    }
+
+    /// A file it opened was closed (by the home thread, or left to exit).
+    pub(super) fn closed(&self) {
+        self.held.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl StreamFile {
-    pub fn new(pid: u32, fd: i32, pidfd: OwnedFd, closed: ClosedFile, close_waits: bool) -> Self {
+    pub fn new(pid: u32, fd: i32, pidfd: OwnedFd, closed: ClosedFile) -> Self {
         let pidfd = Mutex::new(Some(Arc::new(pidfd)));
-        Self { pid, fd, pidfd, closed, path: OnceLock::new(), file: OnceLock::new(), close_waits }
+        Self { pid, fd, pidfd, closed, path: OnceLock::new(), file: OnceLock::new() }
     }
 
     /// The close reported the file's path: its flushes may go by path.
@@ -72,8 +121,9 @@ impl StreamFile {
     /// moved on by then, or the stream has ended (the caller reaches the
     /// inode by handle).  Not opening is the normal case when a writer closes
     /// files faster than the device takes them (cp -r): only a refusal is
-    /// counted as an error.
-    pub(super) fn open(&self, counters: &Counters) -> Option<Arc<OwnedFd>> {
+    /// counted as an error.  `home` is the calling device thread, which
+    /// will close it.
+    pub(super) fn open(&self, counters: &Counters, home: &Home) -> Option<Arc<OwnedFd>> {
         self.file
             .get_or_init(|| {
                 // The lock only to clone: the open may take long (a FUSE server).
@@ -87,18 +137,20 @@ impl StreamFile {
                         tracing::debug!(pid = self.pid, fd = self.fd, error = kind.name(), "stream file not opened");
                     })
                     .ok()
-                    .map(Arc::new)
+                    .map(|file| {
+                        home.held.fetch_add(1, Ordering::Relaxed);
+                        (Arc::new(file), home.clone())
+                    })
             })
-            .clone()
+            .as_ref()
+            .map(|(file, _)| file.clone())
     }
 }
 
 impl Drop for StreamFile {
     fn drop(&mut self) {
-        if self.close_waits
-            && let Some(Some(file)) = self.file.take()
-        {
-            crate::closer::close_elsewhere(self.closed.st_dev, file);
+        if let Some(Some((file, home))) = self.file.take() {
+            home.close(file);
         }
     }
 }
@@ -183,6 +235,33 @@ pub(super) fn batch(owner: u64, n: u64) -> Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file is closed by its home thread: sent there from any other
+    /// thread, dropped at once on its own; once that thread is gone it is
+    /// left to the process's exit, never closed by the sender.
+    #[test]
+    fn a_file_goes_home_to_be_closed() {
+        let (tx, rx) = mpsc::channel();
+        let held = Arc::new(AtomicUsize::new(3));
+        let home = Home::here(tx, held.clone());
+        let file = || Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let elsewhere = home.clone();
+        let sent = file();
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&*sent);
+        thread::spawn(move || elsewhere.close(sent)).join().unwrap();
+        let arrived = rx.try_recv().expect("sent home");
+        assert_eq!(std::os::fd::AsRawFd::as_raw_fd(&*arrived), raw, "still open, the same descriptor");
+        assert_eq!(held.load(Ordering::Relaxed), 3, "held until the home thread closes it");
+        drop(arrived);
+        home.closed();
+        home.clone().close(file());
+        assert_eq!(held.load(Ordering::Relaxed), 1, "closed at once at home");
+        assert!(rx.try_recv().is_err());
+        drop(rx);
+        let orphan = home.clone();
+        thread::spawn(move || orphan.close(file())).join().unwrap();
+        assert_eq!(held.load(Ordering::Relaxed), 0, "its home gone: not held, left to exit");
+    }
 
     #[test]
     fn flush_memory_is_bounded_by_user_and_given_back() {

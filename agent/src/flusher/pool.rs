@@ -7,7 +7,7 @@ use std::{
     collections::HashMap,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
         mpsc,
     },
     thread::{self, JoinHandle},
@@ -32,6 +32,8 @@ struct Queue {
     last: Instant,
     /// Its device's speed is a user's to set (DeviceShared::user_made).
     user_made: bool,
+    /// Streams' files it opened and has not closed (job::Home).
+    held: Arc<AtomicUsize>,
 }
 
 /// Counts `n` flushes left to the kernel as `kind`, and logs the first of
@@ -138,10 +140,11 @@ impl Flushers {
     fn start(&self, bdi: &str, device: &Arc<DeviceShared>) -> std::io::Result<Queue> {
         let (tx, rx) = mpsc::channel();
         let backlog = Arc::new(Backlog::default());
-        let mut submitter = Submitter::new(device.clone(), self.counters.clone(), self.stopping.clone());
+        let held = Arc::new(AtomicUsize::new(0));
+        let mut submitter = Submitter::new(device.clone(), self.counters.clone(), self.stopping.clone(), held.clone());
         let drained = backlog.clone();
         let handle = thread::Builder::new().name(format!("flush-{bdi}")).spawn(move || submitter.run(rx, &drained))?;
-        Ok(Queue { tx, handle, backlog, full_logged: false, last: Instant::now(), user_made: device.user_made() })
+        Ok(Queue { tx, handle, backlog, full_logged: false, last: Instant::now(), user_made: device.user_made(), held })
     }
 
     /// Whether the device has a flusher thread.
@@ -150,11 +153,15 @@ impl Flushers {
     }
 
     /// Ends the threads of devices idle for THREAD_IDLE and waiting for
-    /// work with nothing in flight: dropping the sender ends the thread.
+    /// work with nothing in flight and no stream's file open (its close
+    /// is that thread's): dropping the sender ends the thread.
     pub fn retire_idle(&mut self) {
         let now = Instant::now();
         self.devices.retain(|bdi, q| {
-            let idle = now - q.last >= THREAD_IDLE && q.backlog.len() == 0 && q.backlog.parked();
+            let idle = now - q.last >= THREAD_IDLE
+                && q.backlog.len() == 0
+                && q.backlog.parked()
+                && q.held.load(Ordering::Relaxed) == 0;
             if idle {
                 tracing::debug!(bdi, "flusher thread ended (idle)");
             }
@@ -223,6 +230,7 @@ mod tests {
                 full_logged: false,
                 last: Instant::now(),
                 user_made: false,
+                held: Default::default(),
             };
             f.devices.insert(format!("hung{d}"), q);
             for i in 0..MAX_QUEUED as u64 {
@@ -252,7 +260,15 @@ mod tests {
         let backlog = Arc::new(Backlog::default());
         f.devices.insert(
             "hung".into(),
-            Queue { tx, handle, backlog: backlog.clone(), full_logged: false, last: Instant::now(), user_made: false },
+            Queue {
+                tx,
+                handle,
+                backlog: backlog.clone(),
+                full_logged: false,
+                last: Instant::now(),
+                user_made: false,
+                held: Default::default(),
+            },
         );
         let dev = Arc::new(DeviceShared::for_tests());
         for i in 0..(MAX_QUEUED as u64 + 100) {

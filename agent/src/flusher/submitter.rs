@@ -16,14 +16,14 @@ use std::{
     os::fd::{AsRawFd, OwnedFd},
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
         mpsc,
     },
     thread,
     time::{Duration, Instant},
 };
 
-use super::{Batch, Target, rounds::Rounds};
+use super::{Batch, Target, job::Home, rounds::Rounds};
 use crate::{
     admission::Backlog,
     bandwidth::Sampler,
@@ -56,10 +56,25 @@ pub(super) struct Submitter {
     /// Files whose writeback failed (EIO, device gone): logged once, then
     /// left alone; by (st_dev, st_ino).
     failed: HashSet<(u64, u64)>,
+    /// Streams' files this thread opened, sent back to be closed here
+    /// (job::Home), and how many it holds.
+    closes: (mpsc::Sender<Arc<OwnedFd>>, mpsc::Receiver<Arc<OwnedFd>>),
+    held: Arc<AtomicUsize>,
+    /// This thread, once it runs.
+    home: Option<Home>,
 }
 
+/// How often a device's thread waiting for work closes the files sent
+/// home meanwhile.  Idle threads with no file end after THREAD_IDLE.
+const CLOSE_POLL: Duration = Duration::from_millis(200);
+
 impl Submitter {
-    pub(super) fn new(device: Arc<DeviceShared>, counters: Arc<Counters>, stopping: Arc<AtomicBool>) -> Self {
+    pub(super) fn new(
+        device: Arc<DeviceShared>,
+        counters: Arc<Counters>,
+        stopping: Arc<AtomicBool>,
+        held: Arc<AtomicUsize>,
+    ) -> Self {
         Self {
             device,
             counters,
@@ -70,22 +85,33 @@ impl Submitter {
             last_done: None,
             sampler: Sampler::default(),
             failed: HashSet::new(),
+            closes: mpsc::channel(),
+            held,
+            home: None,
         }
     }
 
     pub(super) fn run(&mut self, rx: mpsc::Receiver<Batch>, backlog: &Backlog) {
+        self.home = Some(Home::here(self.closes.0.clone(), self.held.clone()));
         let mut rounds = Rounds::default();
         loop {
+            self.close_sent_home();
             if rounds.is_empty() {
                 // Nothing queued: let what is in flight finish (a sample,
                 // and no file held while idle), then sleep until work comes.
                 self.wait_until(0);
                 backlog.park(true);
-                let next = rx.recv();
+                let next = loop {
+                    match rx.recv_timeout(CLOSE_POLL) {
+                        Ok(b) => break Some(b),
+                        Err(mpsc::RecvTimeoutError::Timeout) => self.close_sent_home(),
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+                    }
+                };
                 backlog.park(false);
                 match next {
-                    Ok(b) => rounds.push(b),
-                    Err(_) => return,
+                    Some(b) => rounds.push(b),
+                    None => return self.close_sent_home(),
                 }
             }
             while let Ok(b) = rx.try_recv() {
@@ -97,6 +123,15 @@ impl Submitter {
                 self.handles.release();
                 backlog.done(n, user);
             }
+        }
+    }
+
+    /// Closes the streams' files sent back here.
+    fn close_sent_home(&mut self) {
+        let home = self.home.as_ref().expect("set as the thread runs");
+        for file in self.closes.1.try_iter() {
+            drop(file);
+            home.closed();
         }
     }
 
@@ -126,7 +161,10 @@ impl Submitter {
             // server or disk stops answering shows as stalled.
             let waiting = self.device.waiting();
             let file = match &job.target {
-                Target::Held(stream) => stream.open(&self.counters).or_else(|| self.reach(&stream.closed(), true)),
+                Target::Held(stream) => {
+                    let home = self.home.as_ref().expect("set as the thread runs");
+                    stream.open(&self.counters, home).or_else(|| self.reach(&stream.closed(), true))
+                }
                 Target::Closed(closed) => self.reach(closed, true),
                 Target::Window(file) => self.reach(file, false),
             };

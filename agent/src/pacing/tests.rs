@@ -32,8 +32,13 @@ impl FakeSysfs {
     fn set(&self, k: &str, v: &str) {
         fs::write(self.dir.join("7:0").join(k), v).unwrap();
     }
-    fn get(&self, k: &str) -> String {
+    pub(crate) fn get(&self, k: &str) -> String {
         fs::read_to_string(self.dir.join("7:0").join(k)).unwrap().trim().to_owned()
+    }
+    /// Whether the journal of paced bdis exists (nothing was ever paced
+    /// if not).
+    pub(crate) fn journaled(&self) -> bool {
+        self.dir.join("journal").exists()
     }
     /// What the kernel would do after a write to max_bytes.
     fn settle(&self) {

@@ -2,7 +2,7 @@
 //! filling, the read-only handle the agent holds on it, and its totals.
 //! Owned by the intake task alone, so it needs no lock.  What it keeps of
 //! each stream and writer is in `records`; how many streams one user may
-//! hold, in `room`.
+//! hold, in `room`; what it reports (status, per-unit totals), in `report`.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -11,11 +11,14 @@ use std::{
 };
 
 mod records;
+mod report;
 mod room;
+mod would;
 
 use self::{
     records::{Left, Pending, Stream, StreamKey, Writer, closed_file},
     room::room,
+    would::Would,
 };
 use crate::{
     abi::{EventKind, RelPath, wb_event},
@@ -26,7 +29,15 @@ use crate::{
     flusher::{Batch, Flush, Flushers, StreamFile, Target},
     status::printable,
     sys::{self, FileId},
+    units::{self, Units},
 };
+
+/// A writer's cgroup (from /proc) and the systemd unit it names.
+fn unit_of(pid: u32) -> (String, String) {
+    let cgroup = units::cgroup_of(pid);
+    let unit = units::unit_of(&cgroup).to_owned();
+    (cgroup, unit)
+}
 
 /// A batch of closed files goes out when it holds a window's worth of data,
 /// this many files, or has waited BATCH_AGE.
@@ -74,6 +85,10 @@ pub struct StreamTable {
     /// What waiting flushes hold, in all of `pending`, `left` and the
     /// devices' queues.
     memory: FlushMemory,
+    /// Per systemd unit since the start (units.rs).
+    units: Units,
+    /// When account_units last ran.
+    units_ticked: Instant,
 }
 
 impl StreamTable {
@@ -91,6 +106,8 @@ impl StreamTable {
             max_held,
             over_cap_logged: false,
             memory: FlushMemory::new(FLUSH_MEMORY),
+            units: Units::new(units::MAX_UNITS),
+            units_ticked: Instant::now(),
         }
     }
 
@@ -171,13 +188,20 @@ impl StreamTable {
             let dev = crate::abi::kernel_dev_to_user(ev.sb_dev);
             let dev = format!("{}:{}", libc::major(dev), libc::minor(dev));
             let comm = ev.comm();
-            tracing::info!(pid = key.tgid, comm = %printable(&comm), %dev, %bdi, "block-device writer started");
-            Writer::new(comm, bdi.clone(), now, true)
+            let observe = ev.observed();
+            let name = self.devices.name(&bdi);
+            let (cgroup, unit) = unit_of(key.tgid);
+            tracing::info!(
+                pid = key.tgid, comm = %printable(&comm), unit = %printable(&unit), cgroup = %printable(&cgroup),
+                %dev, %bdi, %name, observe, "block-device writer started"
+            );
+            self.units.stream_started(&unit, &cgroup, observe);
+            Writer::new(comm, (cgroup, unit), bdi.clone(), now, true, observe)
         });
         w.add(bytes, now);
-        let meaningful = w.rate.meaningful(now, self.devices.bandwidth(&bdi));
+        let (meaningful, acting) = (w.rate.meaningful(now, self.devices.bandwidth(&bdi)), !w.observe);
         if self.devices.dirtied(&bdi, bytes, now) || meaningful {
-            self.devices.busy(&bdi, false);
+            self.devices.busy(&bdi, false, acting);
         }
     }
 
@@ -209,18 +233,24 @@ impl StreamTable {
         s.gap = now - s.last_span;
         s.last_span = now;
         s.last_bytes = ev.end - ev.start;
+        // As its policy says now (BPF reads it at each window: a reload).
+        s.observe = ev.observed();
         if ev.fd >= 0 {
             s.fd = ev.fd;
         }
-        let (id, file, bdi) = (s.id, s.file.clone(), s.bdi.clone());
+        let (id, file, bdi, observe, unit) = (s.id, s.file.clone(), s.bdi.clone(), s.observe, s.unit.clone());
         let counts = s.counts(now, self.devices.quiet(), dev.bandwidth(), false);
         if self.devices.dirtied(&bdi, ev.end - ev.start, now) || counts {
-            self.devices.busy(&bdi, false);
+            self.devices.busy(&bdi, false, !observe);
         }
         if !dev.flushes_span_to(ev.end) {
             return;
         }
+        if observe {
+            return Would::Window { bytes: ev.end - dev.flush_start(ev.start) }.count(&self.counters);
+        }
         if let Some(job) = self.flush_of(ev, Target::Held(file), &dev) {
+            self.units.written_behind(&unit, job.end - job.start);
             self.flushers.submit(&bdi, &dev, Batch { owner: id, flushes: vec![job] });
         }
     }
@@ -259,12 +289,15 @@ impl StreamTable {
             }
         };
         let now = Instant::now();
+        let (cgroup, unit) = unit_of(key.tgid);
         let stream = Stream {
             id: self.new_stream_id(),
-            file: Arc::new(StreamFile::new(key.tgid, ev.fd, pidfd, closed_file(key, ev, None), dev.close_waits())),
+            file: Arc::new(StreamFile::new(key.tgid, ev.fd, pidfd, closed_file(key, ev, None))),
             fd: ev.fd,
             user,
             comm: ev.comm(),
+            cgroup,
+            unit,
             bdi: ev.bdi(),
             started: now,
             bytes: 0,
@@ -272,12 +305,19 @@ impl StreamTable {
             last_span: now,
             gap: Duration::ZERO,
             last_bytes: 0,
+            observe: ev.observed(),
         };
         tracing::info!(
-            pid = key.tgid, owner = ev.owner, comm = %printable(&stream.comm), fd = ev.fd, ino = key.file.ino,
-            bdi = %stream.bdi, "stream started"
+            pid = key.tgid, owner = ev.owner, comm = %printable(&stream.comm), unit = %printable(&stream.unit),
+            cgroup = %printable(&stream.cgroup), fd = ev.fd, ino = key.file.ino, bdi = %stream.bdi,
+            name = %self.devices.name(&stream.bdi), observe = stream.observe, "stream started"
         );
-        self.counters.add(&self.counters.streams_started, 1);
+        self.units.stream_started(&stream.unit, &stream.cgroup, stream.observe);
+        // An observing stream holds the writer's pidfd (to see it exit),
+        // never its file: only a flush opens that (flusher::StreamFile).
+        let started =
+            if stream.observe { &self.counters.would_streams_started } else { &self.counters.streams_started };
+        self.counters.add(started, 1);
         self.streams.insert(key, stream);
         true
     }
@@ -302,8 +342,18 @@ impl StreamTable {
         let now = Instant::now();
         let device_busy = self.devices.dirtied(&ev.bdi(), tail, now);
         if let Some(s) = self.streams.remove(&key) {
+            if s.observe {
+                // A held file's close is flushed whether or not its device
+                // is paced: no would-budget.
+                if let Some(w) = Would::close(dev.flush_start(ev.start), ev.end, 0) {
+                    w.count(&self.counters);
+                }
+                self.ended(key, s, tail, "closed");
+                return;
+            }
             s.file.set_path(path);
             if let Some(job) = self.flush_of(ev, Target::Held(s.file.clone()), &dev) {
+                self.units.written_behind(&s.unit, job.end - job.start);
                 self.flushers.submit(&s.bdi, &dev, Batch { owner: s.id, flushes: vec![job] });
             }
             self.ended(key, s, tail, "closed");
@@ -311,9 +361,18 @@ impl StreamTable {
         }
         self.note_writer(key.tgid, ev, tail, now);
         self.writer_busy(key.tgid, device_busy);
+        if ev.observed() {
+            let would = Would::close(dev.flush_start(ev.start), ev.end, self.devices.would_budget(&ev.bdi()));
+            return would.into_iter().for_each(|w| w.count(&self.counters));
+        }
         let Some(job) = self.flush_of(ev, Target::Closed(closed_file(key, ev, path)), &dev) else {
             return;
         };
+        if let Some(w) = self.writers.get(&key.tgid) {
+            let unit = w.unit.clone();
+            self.units.written_behind(&unit, job.end - job.start);
+            self.units.file_flushed(&unit);
+        }
         let slot = (ev.bdi(), key.tgid);
         let budget = self.devices.budget(&slot.0);
         if budget != 0 {
@@ -352,17 +411,33 @@ impl StreamTable {
         if !dev.flushes_span_to(ev.end) {
             return;
         }
+        if ev.observed() {
+            return Would::Window { bytes: ev.end - dev.flush_start(ev.start) }.count(&self.counters);
+        }
         if let Some(job) = self.flush_of(ev, Target::Window(closed_file(key, ev, None)), dev) {
+            if let Some(w) = self.writers.get(&key.tgid) {
+                let unit = w.unit.clone();
+                self.units.written_behind(&unit, job.end - job.start);
+            }
             self.flushers.submit(&ev.bdi(), dev, Batch { owner: key.tgid as u64, flushes: vec![job] });
         }
     }
 
     fn note_writer(&mut self, tgid: u32, ev: &wb_event, bytes: u64, now: Instant) -> &mut Writer {
+        let (devices, units) = (&self.devices, &mut self.units);
         let w = self.writers.entry(tgid).or_insert_with(|| {
-            tracing::info!(pid = tgid, comm = %printable(&ev.comm()), bdi = %ev.bdi(), "multi-file writer started");
-            Writer::new(ev.comm(), ev.bdi(), now, false)
+            let observe = ev.observed();
+            let (bdi, comm) = (ev.bdi(), printable(&ev.comm()));
+            let (cgroup, unit) = unit_of(tgid);
+            tracing::info!(
+                pid = tgid, %comm, unit = %printable(&unit), cgroup = %printable(&cgroup), %bdi,
+                name = %devices.name(&bdi), observe, "multi-file writer started"
+            );
+            units.stream_started(&unit, &cgroup, observe);
+            Writer::new(ev.comm(), (cgroup, unit), ev.bdi(), now, false, observe)
         });
         w.add(bytes, now);
+        w.observe = ev.observed();
         w
     }
 
@@ -373,7 +448,7 @@ impl StreamTable {
             // Its files are small, written best by the kernel under a cap
             // (devices::SMALL_FILES).
             let (bdi, small) = (w.bdi.clone(), w.bytes < crate::devices::SMALL_FILES * w.files);
-            self.devices.busy(&bdi, small);
+            self.devices.busy(&bdi, small, !w.observe);
         }
     }
 
@@ -408,6 +483,9 @@ impl StreamTable {
         // multi-file writer not streaming a file there already (cp -r
         // writing one big file is one stream, not two).
         let mut active: HashMap<String, Active> = HashMap::new();
+        // Devices where one of them acts: only those are paced for real
+        // (devices::decide::observed).
+        let mut acting: HashSet<String> = HashSet::new();
         let mut streaming: HashSet<(&str, u32)> = HashSet::new();
         // A stream that has not written for `quiet` no longer counts: a
         // writer that keeps its file open and stops must not keep the
@@ -420,6 +498,9 @@ impl StreamTable {
         let counts = |s: &Stream| s.counts(now, quiet, devices.bandwidth(&s.bdi), busy.contains(s.bdi.as_str()));
         for (key, s) in self.streams.iter().filter(|(_, s)| counts(s)) {
             active.entry(s.bdi.clone()).or_default().add(true);
+            if !s.observe {
+                acting.insert(s.bdi.clone());
+            }
             streaming.insert((&s.bdi, key.tgid));
         }
         let nodes = self.nodes.iter().map(|((pid, _), w)| (pid, w));
@@ -429,17 +510,23 @@ impl StreamTable {
                 && (recent || w.rate.meaningful(now, devices.bandwidth(&w.bdi)))
             {
                 active.entry(w.bdi.clone()).or_default().add(w.windowed);
+                if !w.observe {
+                    acting.insert(w.bdi.clone());
+                }
             }
         }
-        self.devices.tick(&active, on_battery);
+        self.devices.tick(&active, &acting, on_battery);
+        self.account_units(now);
         self.flushers.retire_idle();
         let flushers = &self.flushers;
         self.devices.forget_idle(now, |bdi| flushers.has(bdi));
     }
 
-    /// The root policy changed (reload).
-    pub fn set_policy(&mut self, policy: crate::policy::Policy) {
+    /// The root policy changed (reload); `observing`: the whole daemon
+    /// observes (PolicySet::observes).
+    pub fn set_policy(&mut self, policy: crate::policy::Policy, observing: bool) {
         self.devices.set_policy(policy);
+        self.devices.set_observing(observing);
     }
 
     /// A batch for a device an event named lately.  One forgotten since
@@ -487,53 +574,17 @@ impl StreamTable {
         }
         let secs = s.started.elapsed().as_secs_f64();
         tracing::info!(
-            pid = key.tgid, comm = %printable(&s.comm), fd = s.fd, ino = key.file.ino, bdi = %s.bdi,
-            bytes = s.bytes + tail, spans = s.spans, secs = format!("{secs:.1}"),
+            pid = key.tgid, comm = %printable(&s.comm), unit = %printable(&s.unit), fd = s.fd, ino = key.file.ino,
+            bdi = %s.bdi, bytes = s.bytes + tail, spans = s.spans, secs = format!("{secs:.1}"),
             "stream ended ({why})"
         );
     }
 
-    /// Active streams and multi-file writers, for `wbctl streams`.
-    pub fn status(&self) -> (Vec<crate::status::StreamStatus>, Vec<crate::status::DeviceStatus>) {
-        use crate::status::StreamStatus;
-        let cgroup = |pid: u32| crate::control::cgroup_of(pid).unwrap_or_default();
-        let mut v: Vec<StreamStatus> = self
-            .streams
-            .iter()
-            .map(|(k, s)| StreamStatus {
-                pid: k.tgid,
-                comm: s.comm.clone(),
-                cgroup: cgroup(k.tgid),
-                kind: "file".into(),
-                bdi: s.bdi.clone(),
-                files: 1,
-                bytes_flushed: s.bytes,
-                secs: s.started.elapsed().as_secs_f64(),
-            })
-            .chain(self.writers.iter().chain(self.nodes.iter().map(|((pid, _), w)| (pid, w))).map(|(pid, w)| {
-                StreamStatus {
-                    pid: *pid,
-                    comm: w.comm.clone(),
-                    cgroup: cgroup(*pid),
-                    kind: w.kind().into(),
-                    bdi: w.bdi.clone(),
-                    files: w.files,
-                    bytes_flushed: w.bytes,
-                    secs: w.started.elapsed().as_secs_f64(),
-                }
-            }))
-            .collect();
-        v.sort_by_key(|s| s.pid);
-        (v, self.devices.status())
-    }
-
-    /// The global dirty limits in force while pacing sets them.
-    pub fn global_limits(&self) -> Option<crate::pacing::GlobalLimits> {
-        self.devices.global_limits()
-    }
-
     /// Ends every stream (daemon shutdown) after queued spans are submitted.
-    /// The administrator's bdi limits go back first: a device hung in
+    /// The streams end before the flusher threads stop, so that their
+    /// files go back to the threads that opened them, to be closed there
+    /// (a close may wait for its server).  The administrator's bdi limits
+    /// go back before the threads are waited for: a device hung in
     /// writeback may keep its flusher thread for ever.
     pub fn shutdown(&mut self) {
         for ((bdi, _), p) in std::mem::take(&mut self.pending) {
@@ -542,11 +593,11 @@ impl StreamTable {
         for ((bdi, pid), l) in std::mem::take(&mut self.left) {
             self.submit(&bdi, l.batch(pid));
         }
-        self.devices.shutdown();
-        self.flushers.shutdown(SHUTDOWN_WAIT);
         for (key, s) in std::mem::take(&mut self.streams) {
             self.ended(key, s, 0, "daemon stopping");
         }
+        self.devices.shutdown();
+        self.flushers.shutdown(SHUTDOWN_WAIT);
     }
 
     /// Errors of kind `kind` are counted by the caller (ring-buffer decode).

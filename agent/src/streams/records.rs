@@ -35,6 +35,9 @@ pub(super) struct Stream {
     /// the writer's real uid, or whoever made its user namespace).
     pub(super) user: u32,
     pub(super) comm: String,
+    /// Its writer's cgroup at its start, and the systemd unit that names.
+    pub(super) cgroup: String,
+    pub(super) unit: String,
     pub(super) bdi: String,
     pub(super) started: Instant,
     pub(super) bytes: u64,
@@ -44,6 +47,9 @@ pub(super) struct Stream {
     pub(super) gap: Duration,
     /// Its latest window's bytes: written in `gap`, its rate.
     pub(super) last_bytes: u64,
+    /// Its writer's policy observes: its windows and close are counted as
+    /// would-be writeback, its file never opened.
+    pub(super) observe: bool,
 }
 
 impl Stream {
@@ -91,6 +97,9 @@ impl Left {
 /// counts both.
 pub(super) struct Writer {
     pub(super) comm: String,
+    /// Its cgroup at its first event, and the systemd unit that names.
+    pub(super) cgroup: String,
+    pub(super) unit: String,
     pub(super) bdi: String,
     pub(super) files: u64,
     pub(super) bytes: u64,
@@ -106,12 +115,24 @@ pub(super) struct Writer {
     /// It writes a block device through its node: nothing of it is
     /// reached, its device is paced (StreamTable::block_device).
     pub(super) block_device: bool,
+    /// Its policy observes (as of its first event): what it would have
+    /// done is counted, and its device's pacing is a would.
+    pub(super) observe: bool,
 }
 
 impl Writer {
-    pub(super) fn new(comm: String, bdi: String, now: Instant, block_device: bool) -> Self {
+    pub(super) fn new(
+        comm: String,
+        (cgroup, unit): (String, String),
+        bdi: String,
+        now: Instant,
+        block_device: bool,
+        observe: bool,
+    ) -> Self {
         Self {
             comm,
+            cgroup,
+            unit,
             bdi,
             files: 0,
             bytes: 0,
@@ -120,6 +141,7 @@ impl Writer {
             rate: Rate::new(now),
             windowed: false,
             block_device,
+            observe,
         }
     }
 
