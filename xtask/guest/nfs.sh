@@ -366,6 +366,14 @@ nfs_copy() {
         (sleep 3 && wbctl status | sed 's/^/systest:   wbctl status: /') &
         status_pid=$!
     fi
+    # The delegations nfsd holds out 3 s into the copy: whether the
+    # writer's open got a write delegation, without which the client's
+    # getattr writes and waits (filemap_write_and_wait) rather than only
+    # writing (filemap_fdatawrite, with delegated timestamps).
+    if [ "$tool" = cp ]; then
+        (sleep 3 && measure "$name-$mode-delegations" "nfsd's states: $(grep -ho 'type: [a-z_]*, access: [a-z]*' /proc/fs/nfsd/clients/*/states 2>/dev/null | sort | uniq -c | tr -s ' \n' ' ')") &
+        probes+=($!)
+    fi
     local busy0 all0 busy1 all1 agent0 agent1
     read -r busy0 all0 <<<"$(cpu_ticks)"
     agent0=$(daemon_ticks)
@@ -382,6 +390,11 @@ nfs_copy() {
     # 512 MiB at the link's 21-26 MiB/s here took 20-26 s.
     nfs_watch $! "$name-$mode" $((nfs_mib / 4 > 60 ? nfs_mib / 4 : 60))
     rc=$?
+    # The mount is named by its export in wbctl's devices (once per run).
+    if [ "$share_kind" = nfs ] && [ "$mode" = daemon ] && [ -z "${nfs_named_checked:-}" ]; then
+        nfs_named_checked=1
+        check "$share_kind-device-named-by-its-export" grep -qF "127.0.0.1:$NFS_EXPORT $NFS_MNT" <<<"$(wbctl devices)"
+    fi
     t1=$(date +%s%N)
     read -r busy1 all1 <<<"$(cpu_ticks)"
     agent1=$(daemon_ticks)

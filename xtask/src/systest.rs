@@ -70,12 +70,26 @@ const TIMEOUT_QUICK: Duration = Duration::from_secs(12 * 60);
 /// and 5.10 and 7.2 in vmtest --quick made CI's run 63 min.  The full
 /// systest boots all four.
 const QUICK_KERNELS: &[&str] = &["6.1", "6.12", kernels::NEWEST];
+/// Of those, what `cargo xtask test` boots beside the host tests once
+/// vmtest's guest is done there (at idle priority, as that one): 6.12,
+/// which goes from its boot checks to its sticks (LIFE_QUICK), 232 s alone.
+/// The host tests take about 20 minutes and vmtest's guest about 15 of
+/// them; the rest, after the host tests, took 27 minutes of a 49-minute CI
+/// run with all three.  Its disks bypass the host's page cache
+/// (guest::boot, guest::Sticks), which the host tests' daemons watch.
+pub const QUICK_BESIDE: &[&str] = &["6.12"];
 /// The quick run's kernels whose second boot checks the service's life
 /// before the sticks: 6.1 (Debian 12, systemd 252, the global lever) and
 /// the newest (Debian 13, systemd 257).  6.12 has the newest's Debian and
 /// systemd, and its part of that took 126 s of a 425 s run: it goes from
 /// the boot checks to its sticks (ntfs3 is built in 6.12 only).
 const LIFE_QUICK: &[&str] = &["6.1", kernels::NEWEST];
+/// The quick run's kernels that copy to the sticks: 6.1 (the global lever)
+/// and 6.12 (the per-device lever, booted beside the host tests).  The
+/// newest's sticks would repeat 6.12's lever, and took 160 s of its 520 s
+/// run (measured beside four compiles); its quick run checks the service's
+/// life and NFS.
+const USB_QUICK: &[&str] = &["6.1", "6.12"];
 const TIMEOUT_FULL: Duration = Duration::from_secs(60 * 60);
 
 /// What the guest installs.
@@ -179,10 +193,11 @@ fn share(dir: &Path, payload: &Payload, watch: u64, quick: bool, only: Only, def
     // run's is the newest.
     let nfs_on = if quick && only != Only::Nfs { kernels::NEWEST } else { "all" };
     let life_on = if quick { LIFE_QUICK.join(" ") } else { "all".into() };
+    let usb_on = if quick && only != Only::Usb { USB_QUICK.join(" ") } else { "all".into() };
     fs::write(
         dir.join("config"),
         format!(
-            "WATCH={watch}\nUSB={usb}\nUSB_DEFAULT_ON={}\nONLY={part}\nDB={}\nSTICK_BPS={STICK_BPS}\nNFS={usb}\nNFS_ON={nfs_on}\nLIFE_ON=\"{life_on}\"\n",
+            "WATCH={watch}\nUSB={usb}\nUSB_DEFAULT_ON={}\nONLY={part}\nDB={}\nSTICK_BPS={STICK_BPS}\nNFS={usb}\nNFS_ON={nfs_on}\nLIFE_ON=\"{life_on}\"\nUSB_ON=\"{usb_on}\"\n",
             // The default's copies are a comparison, checked only for exit
             // status and contents: 77 s a kernel, none in the quick run.
             if quick && !default_on_all { "none" } else { "all" },
@@ -266,9 +281,39 @@ pub struct Args {
     /// only build (or find) the guests' images, booting nothing
     #[arg(long)]
     pub images: bool,
+    /// booted beside the host tests (`cargo xtask test`): qemu at idle
+    /// priority, its console kept to its summary
+    #[arg(skip)]
+    pub beside: bool,
+}
+
+/// The quick run's kernels but those booted beside the host tests.
+pub fn quick_after_host_tests() -> Vec<&'static str> {
+    QUICK_KERNELS.iter().copied().filter(|k| !QUICK_BESIDE.contains(k)).collect()
 }
 
 pub fn main(args: &Args) -> Result<()> {
+    match prepare(args)? {
+        Some(run) => run.boot(),
+        None => Ok(()),
+    }
+}
+
+/// A run made ready to boot: its package, sources and second disk written
+/// (and flushed) now, so that a run beside the host tests writes nothing
+/// through the host's page cache while they run.
+pub struct Prepared {
+    dir: PathBuf,
+    disk: PathBuf,
+    versions: Vec<&'static str>,
+    quick: bool,
+    only: Only,
+    beside: bool,
+}
+
+/// The kernels' images (built if not cached), the package and the second
+/// disk; None with --images, which only builds the images.
+pub fn prepare(args: &Args) -> Result<Option<Prepared>> {
     let Args { quick, images: images_only, default_everywhere: default_on_all, .. } = *args;
     let only = args.only.unwrap_or(Only::All);
     let versions = args.kernel.clone().unwrap_or_else(|| match quick {
@@ -276,6 +321,7 @@ pub fn main(args: &Args) -> Result<()> {
         false => kernels::LINES.iter().map(|l| l.version).collect(),
     });
     guest::need("qemu-system-x86_64", "qemu-system-x86")?;
+    guest::need("qemu-img", "qemu-utils")?;
     guest::need("mkfs.ext4", "e2fsprogs")?;
     if images_only {
         // Only build (or find) the kernels' roots, booting nothing.
@@ -283,7 +329,7 @@ pub fn main(args: &Args) -> Result<()> {
             let image = guest::image(guest::root_for(v)?, only.full_image(quick))?;
             println!("systest: {} boots {}", image.disk.display(), image.kernel(v)?.release);
         }
-        return Ok(());
+        return Ok(None);
     }
     let payload = match &args.deb {
         Some(d) => Payload::Deb(d.clone()),
@@ -296,56 +342,72 @@ pub fn main(args: &Args) -> Result<()> {
             Payload::Deb(newest_deb()?.context("cargo xtask deb left no target/deb/*.deb")?)
         }
     };
-    let dir = guest::target_dir()?.join("guest/systest");
+    // A run beside the host tests has its own directory: the one after
+    // them makes its disks while it may still be booting.
+    let dir = guest::target_dir()?.join(if args.beside { "guest/systest-beside" } else { "guest/systest" });
     share(&dir.join("share"), &payload, if quick { WATCH_QUICK } else { WATCH_FULL }, quick, only, default_on_all)?;
     let disk = dir.join("share.img");
     guest::disk_of(&dir.join("share"), &disk)?;
+    // The sources and the disk written back before anything boots.
+    guest::run(&mut std::process::Command::new("sync"))?;
     if let Payload::Deb(d) = &payload {
         println!("systest: installing {}", d.display());
     }
+    Ok(Some(Prepared { dir, disk, versions, quick, only, beside: args.beside }))
+}
 
-    let mut outcomes = Vec::new();
-    for v in &versions {
-        let image = guest::image(guest::root_for(v)?, only.full_image(quick))?;
-        let kernel = image.kernel(v)?;
-        println!("systest: booting {} under qemu (TCG)", kernel.release);
-        let started = Instant::now();
-        // One reboot: the test's first boot installs, the second checks the
-        // service starts at boot.
-        let timeout = if quick { TIMEOUT_QUICK } else { TIMEOUT_FULL };
-        let (log, retry) = guest::boot_retrying("systest: ", || {
-            let sticks = guest::Sticks::new(&dir.join("sticks"), STICK_SIZE, STICK_BPS)?;
-            guest::boot(&image, &kernel, &disk, Some(&sticks), timeout, 1)
-        })?;
-        let (exit, mut lines) = results(&log);
-        if let Some(reason) = retry {
-            lines.push(format!("MEASURE retried: {reason}"));
+impl Prepared {
+    /// Boots each kernel in turn; the summary of all, an error if one failed.
+    pub fn boot(self) -> Result<()> {
+        let Prepared { dir, disk, versions, quick, only, beside } = self;
+        let mut outcomes = Vec::new();
+        for v in &versions {
+            let image = guest::image(guest::root_for(v)?, only.full_image(quick))?;
+            let kernel = image.kernel(v)?;
+            println!("systest: booting {} under qemu (TCG)", kernel.release);
+            let started = Instant::now();
+            // One reboot: the test's first boot installs, the second checks the
+            // service starts at boot.
+            // Beside the host tests its pace is what they leave it.
+            let timeout = match (quick, beside) {
+                (true, false) => TIMEOUT_QUICK,
+                (true, true) => 2 * TIMEOUT_QUICK,
+                (false, _) => TIMEOUT_FULL,
+            };
+            let (log, retry) = guest::boot_retrying("systest: ", || {
+                let sticks = guest::Sticks::new(&dir.join("sticks"), STICK_SIZE, STICK_BPS)?;
+                guest::boot(&image, &kernel, &disk, Some(&sticks), timeout, 1, beside)
+            })?;
+            let (exit, mut lines) = results(&log);
+            if let Some(reason) = retry {
+                lines.push(format!("MEASURE retried: {reason}"));
+            }
+            // Each kernel's time as it ends, as vmtest prints it: the summary
+            // below is not reached if a later kernel's guest cannot be started.
+            let secs = started.elapsed().as_secs_f64();
+            println!("systest: {}: {secs:.0} s", kernel.release);
+            outcomes.push(Outcome { kernel: kernel.release, secs, exit, lines });
         }
-        // Each kernel's time as it ends, as vmtest prints it: the summary
-        // below is not reached if a later kernel's guest cannot be started.
-        let secs = started.elapsed().as_secs_f64();
-        println!("systest: {}: {secs:.0} s", kernel.release);
-        outcomes.push(Outcome { kernel: kernel.release, secs, exit, lines });
-    }
-    let _ = fs::remove_file(&disk);
-    let _ = fs::remove_dir_all(dir.join("sticks"));
+        let _ = fs::remove_file(&disk);
+        let _ = fs::remove_dir_all(dir.join("sticks"));
 
-    println!("\nsystest: summary");
-    let mut ok = true;
-    for o in &outcomes {
-        let passed = o.lines.iter().filter(|l| l.starts_with("PASS")).count();
-        let status = match o.exit {
-            Some(rc) => format!("exit {rc}"),
-            None => "no exit: crashed or timed out".into(),
-        };
-        println!("  {}: {passed} checks passed, {:.0} s, {status}", o.kernel, o.secs);
-        for l in o.lines.iter().filter(|l| !l.starts_with("PASS")) {
-            println!("    {l}");
+        println!("\nsystest: summary");
+        let mut ok = true;
+        for o in &outcomes {
+            let passed = o.lines.iter().filter(|l| l.starts_with("PASS")).count();
+            let status = match o.exit {
+                Some(rc) => format!("exit {rc}"),
+                None => "no exit: crashed or timed out".into(),
+            };
+            println!("  {}: {passed} checks passed, {:.0} s, {status}", o.kernel, o.secs);
+            for l in o.lines.iter().filter(|l| !l.starts_with("PASS")) {
+                println!("    {l}");
+            }
+            ok &= o.exit == Some(0);
         }
-        ok &= o.exit == Some(0);
+        if !ok {
+            bail!("the system test failed (or the guest stopped without reporting)");
+        }
+        Ok(())
     }
-    if !ok {
-        bail!("the system test failed (or the guest stopped without reporting)");
-    }
-    Ok(())
 }

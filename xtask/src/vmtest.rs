@@ -359,7 +359,7 @@ impl Console {
 /// processes are never kept waiting by it; the guest's disk bypasses the
 /// host's page cache, whose dirty pages those tests measure.  The host
 /// tests use about half of one of this machine's two cores, leaving the
-/// rest to TCG.  Its console is kept until `Beside::finish`, so that it
+/// rest to TCG.  Its console is kept until the run prints it (`print`), so that it
 /// ends up at the end of the run's output, where CI's tail shows it.
 pub fn quick_beside() -> Result<Beside> {
     let sel = Selection { quick: true, ..Default::default() };
@@ -376,13 +376,16 @@ pub fn quick_beside() -> Result<Beside> {
 pub struct Beside(std::thread::JoinHandle<(Vec<String>, Result<()>)>);
 
 impl Beside {
-    /// Waits for the guest, prints its console, returns its outcome.
-    pub fn finish(self) -> Result<()> {
-        let (lines, result) = self.0.join().map_err(|_| anyhow::anyhow!("vmtest panicked"))?;
-        for line in lines {
-            println!("{line}");
-        }
-        result
+    /// Waits for the guest: its console and its outcome.
+    pub fn wait(self) -> (Vec<String>, Result<()>) {
+        self.0.join().unwrap_or_else(|_| (Vec::new(), Err(anyhow::anyhow!("vmtest panicked"))))
+    }
+}
+
+/// A guest's kept console, printed.
+pub fn print(lines: &[String]) {
+    for line in lines {
+        println!("{line}");
     }
 }
 
