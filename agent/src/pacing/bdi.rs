@@ -32,6 +32,11 @@ impl Sysfs {
         self.root.join(bdi).join(name)
     }
 
+    /// Whether there is a bdi `bdi`.
+    fn exists(&self, bdi: &str) -> bool {
+        self.root.join(bdi).exists()
+    }
+
     /// Whether the kernel gives `bdi` both knobs (6.2+).
     fn has_knobs(&self, bdi: &str) -> bool {
         self.knob(bdi, "max_bytes").exists() && self.knob(bdi, "strict_limit").exists()
@@ -126,7 +131,14 @@ pub(super) struct Bdi {
     recovered: usize,
     /// Inside recover(): stepping aside is not for the whole run.
     recovering: bool,
+    /// Journaled bdis whose restore failed (`release`), tried again.
+    failing: HashSet<String>,
+    /// When `retry` last tried them.
+    retried: Option<std::time::Instant>,
 }
+
+/// How often a restore that failed is tried again.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Bdi {
     /// The lever on the bdis under `root`, after putting back what a
@@ -137,6 +149,8 @@ impl Bdi {
             hands_off: HashSet::new(),
             recovered: 0,
             recovering: false,
+            failing: HashSet::new(),
+            retried: None,
         };
         me.recover();
         me
@@ -170,6 +184,8 @@ impl Bdi {
         if self.hands_off.contains(bdi) {
             return Ok(false);
         }
+        // Paced again: its restore is for when this pacing ends.
+        self.failing.remove(bdi);
         let now = self.journal.knobs.read(bdi)?;
         let first = !self.journal.contains(bdi);
         let original = match self.journal.get(bdi) {
@@ -189,22 +205,65 @@ impl Bdi {
         Ok(true)
     }
 
-    /// Puts the administrator's values back on `bdi`.
+    /// Puts the administrator's values back on `bdi`.  Where that fails
+    /// and the bdi is still there, its entry stays journaled and `retry`
+    /// tries again: dropped, its strict_limit and max_bytes stayed set and
+    /// the next start took them for the administrator's.
     pub(super) fn release(&mut self, bdi: &str) {
+        // Tried again by `retry`, at its pace, not at every device tick.
+        if !self.failing.contains(bdi) {
+            self.restore(bdi);
+        }
+    }
+
+    fn restore(&mut self, bdi: &str) {
         if !self.journal.contains(bdi) {
             return;
         }
-        match self.journal.restore(bdi) {
-            Restore::Done => tracing::info!(bdi, "pacing off: bdi limits restored"),
-            Restore::Changed(now) => self.step_aside(bdi, &now),
-            Restore::Unreadable(err) => {
-                tracing::warn!(bdi, error = %format!("{err:#}"), "bdi gone before its limits were restored")
+        let failed = match self.journal.restore(bdi) {
+            Restore::Done => {
+                tracing::info!(bdi, "pacing off: bdi limits restored");
+                None
             }
-            Restore::Failed(err) => {
-                tracing::warn!(bdi, error = %format!("{err:#}"), "could not restore bdi limits")
+            Restore::Changed(now) => {
+                self.step_aside(bdi, &now);
+                return;
+            }
+            // No such bdi any more: a device number used again later
+            // starts from a new device's knobs.
+            Restore::Unreadable(err) if !self.journal.knobs.exists(bdi) => {
+                tracing::warn!(bdi, error = %format!("{err:#}"), "bdi gone before its limits were restored");
+                None
+            }
+            Restore::Unreadable(err) | Restore::Failed(err) => Some(err),
+        };
+        match failed {
+            None => {
+                self.failing.remove(bdi);
+                let _ = self.journal.forget(bdi);
+            }
+            Some(err) => {
+                if self.failing.insert(bdi.to_owned()) {
+                    tracing::warn!(
+                        bdi,
+                        error = %format!("{err:#}"),
+                        "could not restore bdi limits: kept in the journal, tried again every second"
+                    );
+                }
             }
         }
-        let _ = self.journal.forget(bdi);
+    }
+
+    /// Tries again, once a second, each restore that failed (`release`).
+    pub(super) fn retry(&mut self) {
+        let now = std::time::Instant::now();
+        if self.failing.is_empty() || self.retried.is_some_and(|t| now.duration_since(t) < RETRY) {
+            return;
+        }
+        self.retried = Some(now);
+        for bdi in self.failing.clone() {
+            self.restore(&bdi);
+        }
     }
 
     fn step_aside(&mut self, bdi: &str, now: &Values) {
@@ -238,6 +297,7 @@ impl Bdi {
         // entry for a loop device number used again must not keep it
         // unpaced either).
         self.hands_off.clear();
+        // What could not be restored stays journaled for the next try.
         self.journal.end_recovery();
     }
 }

@@ -101,12 +101,14 @@ pub struct Global {
     /// The administrator changed a value while the agent's were in force.
     hands_off: bool,
     /// The administrator's values as the agent last found them, and every
-    /// dirty_bytes and dirty_background_bytes it wrote in this run: what a
-    /// tool that saved the sysctls while the lever held and writes them
-    /// back later (tuned, laptop-mode-tools, `sysctl -p` of a saved file)
-    /// leaves behind (see `undo_written_back`).
+    /// pair of dirty_bytes and dirty_background_bytes it wrote in this run:
+    /// what a tool that saved the sysctls while the lever held and writes
+    /// them back later (tuned, laptop-mode-tools, `sysctl -p` of a saved
+    /// file) leaves behind (see `undo_written_back`).  Pairs, not values:
+    /// an administrator who later sets `vm.dirty_bytes` to a round figure
+    /// the agent once wrote (8 MiB, its floor) had it undone.
     seen_original: Option<Limits>,
-    written: std::collections::BTreeSet<u64>,
+    written: std::collections::BTreeSet<(u64, u64)>,
     /// A previous run's values were found journaled at start.
     recovered: bool,
 }
@@ -299,14 +301,14 @@ impl Global {
     fn undo_written_back(&mut self) {
         let Some(original) = self.seen_original.clone() else { return };
         let Ok(now) = self.journal.knobs.read(KEY) else { return };
-        // In each pair the bytes are in force where the ratio reads 0.
-        let ours = |bytes: u64, ratio: u64| ratio == 0 && bytes != 0 && self.written.contains(&bytes);
+        // In each pair the bytes are in force where the ratio reads 0; both
+        // as the agent wrote them together.
+        let ours = |l: &Limits| {
+            l.dirty_ratio == 0 && l.background_ratio == 0 && self.written.contains(&(l.dirty_bytes, l.background_bytes))
+        };
         let zero =
             |l: &Limits| (l.dirty_bytes, l.dirty_ratio) == (0, 0) || (l.background_bytes, l.background_ratio) == (0, 0);
-        if !(ours(now.dirty_bytes, now.dirty_ratio)
-            || ours(now.background_bytes, now.background_ratio)
-            || (zero(&now) && !zero(&original)))
-        {
+        if !(ours(&now) || (zero(&now) && !zero(&original))) {
             return;
         }
         tracing::warn!(
@@ -344,7 +346,7 @@ impl Global {
         self.seen_original = Some(original.clone());
         let background = (want / 2).max(2 * self.page_size);
         let (after, done) = self.journal.set(KEY, &original, |vm| vm.set_bytes(want, background))?;
-        self.written.extend([after.dirty_bytes, after.background_bytes]);
+        self.written.insert((after.dirty_bytes, after.background_bytes));
         self.limit = want;
         done
     }
@@ -385,7 +387,7 @@ impl Global {
         if let Some(e) = self.journal.get(KEY).cloned() {
             self.recovered = true;
             self.seen_original = Some(e.original);
-            self.written.extend(e.ours.iter().flat_map(|&(d, b)| [d, b]));
+            self.written.extend(e.ours.iter().copied());
             tracing::info!("restoring global dirty limits left set by a previous run");
             if let Err(e) = self.restore() {
                 tracing::warn!(error = %format!("{e:#}"), "could not restore the global dirty limits");

@@ -119,9 +119,14 @@ impl<K: Knobs> Journal<K> {
         true
     }
 
-    /// The journal `load` read is done with: removed.
+    /// The journal `load` read is done with: rewritten with the entries
+    /// still to restore (a restore that failed), removed if none.  Removed
+    /// whole, a failed restore's values were lost, and the next start took
+    /// the agent's for the administrator's.
     pub(super) fn end_recovery(&self) {
-        let _ = fs::remove_file(&self.path);
+        if let Err(e) = self.save() {
+            tracing::warn!(error = %format!("{e:#}"), journal = %self.path.display(), "could not rewrite the journal");
+        }
     }
 
     /// Writes `key`'s knobs with `write`, `original` journaled as the

@@ -125,9 +125,11 @@ impl Pacer {
         self.global.status()
     }
 
-    /// Every device tick: the global limit steps down towards the budgets.
+    /// Every device tick: the global limit steps down towards the budgets,
+    /// and restores that failed are tried again.
     pub fn tick(&mut self) {
         self.global.tick();
+        self.bdi.retry();
     }
 
     /// Caps `bdi` at `budget` dirty bytes, strictly.  Returns false if the

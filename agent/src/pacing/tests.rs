@@ -262,3 +262,42 @@ fn a_budget_is_capped_at_the_administrators_share_of_the_limit() {
     assert_eq!(capped(64 << 20, "10000", None), 64 << 20, "no limit known");
     assert_eq!(capped(64 << 20, "", Some(1_000_000)), 64 << 20, "no ratio known");
 }
+
+/// A restore whose write fails (here strict_limit became a symlink, which
+/// is never written through, to a file that reads what the agent wrote)
+/// stays journaled: tried again while the daemon runs, kept for the next
+/// start, and done once the knob can be written.  Dropped, the device's
+/// strict_limit stayed set and the next start took it for the
+/// administrator's.  A bdi that is gone is forgotten.
+#[test]
+fn a_restore_that_fails_stays_journaled_and_is_tried_again() {
+    let fs_ = FakeSysfs::new("retry");
+    fs_.add("7:1");
+    let mut p = fs_.pacer();
+    assert!(p.pace("7:0", 100 << 20).unwrap());
+    assert!(p.pace("7:1", 100 << 20).unwrap());
+    let knob = fs_.dir.join("7:0/strict_limit");
+    let ours = fs_.dir.join("ours");
+    fs::write(&ours, "1").unwrap();
+    fs::remove_file(&knob).unwrap();
+    std::os::unix::fs::symlink(&ours, &knob).unwrap();
+    fs::remove_dir_all(fs_.dir.join("7:1")).unwrap();
+    p.release("7:0");
+    p.release("7:1");
+    assert!(p.is_paced("7:0"), "a failed restore was forgotten");
+    assert!(!p.is_paced("7:1"), "a bdi that is gone was kept");
+    drop(p);
+    assert!(fs_.journaled(), "the journal went with the failed restore");
+    // The next start fails too, and keeps it.
+    let mut p = fs_.pacer();
+    assert!(fs_.journaled(), "the next start lost the failed restore");
+    assert!(p.is_paced("7:0"));
+    // Once the knob can be written, the next retry restores it.
+    fs::remove_file(&knob).unwrap();
+    fs::write(&knob, "1").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    p.tick();
+    assert_eq!(fs_.get("strict_limit"), "0");
+    assert!(!p.is_paced("7:0"));
+    assert!(!fs_.journaled());
+}

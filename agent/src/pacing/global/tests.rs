@@ -245,6 +245,12 @@ fn limits_a_tool_writes_back_are_undone() {
     vm.set("dirty_ratio", 30);
     g.tick();
     assert_eq!(vm.get("dirty_ratio"), 30);
+    // Theirs too where one equals a value the agent once wrote: 8 MiB
+    // of dirty_bytes, the background ratio as it was.
+    vm.set("dirty_bytes", 8 * MIB);
+    vm.set("dirty_ratio", 0);
+    g.tick();
+    assert_eq!((vm.get("dirty_bytes"), vm.get("dirty_ratio")), (8 * MIB, 0), "the administrator's sysctl undone");
 }
 
 #[test]
