@@ -41,6 +41,13 @@ impl Drop for FuseForAll {
 /// (`unshare -Urm`, no root, no fusermount): whether any device was
 /// paced, and the largest max_ratio_fine its bdi held meanwhile.
 fn nobodys_fuse_copy(daemon: &Daemon, mib: u64) -> Result<(bool, u64)> {
+    let (paced, ratio, _) = nobodys_fuse_copy_on(daemon, mib)?;
+    Ok((paced, ratio))
+}
+
+/// `nobodys_fuse_copy`, and the FUSE bdis ("0:N") status showed meanwhile.
+fn nobodys_fuse_copy_on(daemon: &Daemon, mib: u64) -> Result<(bool, u64, Vec<String>)> {
+    let mut seen = Vec::new();
     let dir = Scratch::new("nobodys-fuse")?;
     std::os::unix::fs::chown(&dir.0, Some(65534), Some(65534))?;
     let mut server = Background::spawn(
@@ -60,6 +67,9 @@ fn nobodys_fuse_copy(daemon: &Daemon, mib: u64) -> Result<(bool, u64)> {
                 paced |= d["paced_budget"].as_u64() > Some(0);
                 // A FUSE bdi is named for its anonymous device, "0:N".
                 let bdi = d["bdi"].as_str().unwrap_or("?");
+                if bdi.starts_with("0:") && !seen.iter().any(|s| s == bdi) {
+                    seen.push(bdi.to_owned());
+                }
                 if bdi.starts_with("0:")
                     && let Ok(r) = std::fs::read_to_string(format!("/sys/class/bdi/{bdi}/max_ratio_fine"))
                 {
@@ -72,7 +82,40 @@ fn nobodys_fuse_copy(daemon: &Daemon, mib: u64) -> Result<(bool, u64)> {
     let mut out = String::new();
     std::io::Read::read_to_string(server.0.stdout.as_mut().context("stdout")?, &mut out)?;
     anyhow::ensure!(out.trim() == "done", "nobody's FUSE copy failed ({out:?}):\n{}", daemon.log_text());
-    Ok((paced, ratio))
+    Ok((paced, ratio, seen))
+}
+
+/// A device's record outlives its mount by ten minutes (DEVICE_IDLE), and
+/// the anonymous device number an unmount frees goes to the next mount.
+/// Root's FUSE mount, written (and so found root's), unmounted; nobody's
+/// own FUSE mount then took its number, and with it root's class: nobody's
+/// copy was capped.  A superblock whose mount is no longer the one its class
+/// was found from is looked at again at its next event.
+#[test]
+fn a_users_fuse_mount_on_the_number_roots_had_steers_no_limit() -> Result<()> {
+    require_root();
+    let _fuse = FuseForAll::new()?;
+    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(POLICY), &["--pacing-lever", "bdi"])?;
+    let mut roots = RootFuse::spawn(FUSE_SLOW, &["20", "40"])?;
+    await_line(&mut roots.server, "done")?;
+    let number = mountinfo_dev(roots.dir())?;
+    drop(roots);
+    std::thread::sleep(Duration::from_secs(1));
+    let (_, _, seen) = nobodys_fuse_copy_on(&daemon, 100)?;
+    let log = daemon.stop()?;
+    println!("root's FUSE mount was {number}; nobody's devices: {seen:?}");
+    assert!(seen.contains(&number), "nobody's mount did not take root's number {number} ({seen:?}):\n{log}");
+    // What the daemon did once nobody wrote (root's record may still be
+    // paced from before: the same bdi name).
+    let nobodys: Vec<&str> =
+        log.lines().skip_while(|l| !(l.contains("owner=65534") && l.contains("stream started"))).collect();
+    assert!(!nobodys.is_empty(), "nobody's copy was not seen:\n{log}");
+    assert!(
+        !nobodys.iter().any(|l| l.contains("capping the device")),
+        "nobody's FUSE mount was capped as root's:\n{log}"
+    );
+    assert!(log.contains("a user sets this device's speed"), "not said:\n{log}");
+    Ok(())
 }
 
 /// A user's own FUSE filesystem, whose speed its server sets, drives no
@@ -259,6 +302,71 @@ fn stalled_user_devices_leave_threads_for_disks() -> Result<()> {
     assert!(user_threads <= 8, "{user_threads} threads for devices a user made:\n{log}");
     assert!(flushed >= 16 * MIB, "root's disk got no thread: {} MiB written back:\n{log}", flushed / MIB);
     Ok(())
+}
+
+/// sysfs names a loop device's backing file by a path the kernel renders
+/// when asked: "<name> (deleted)" once the file is removed.  nobody removes
+/// their image once it is attached (as udisks attaches a user's) and puts a
+/// symlink to root's /etc/passwd by that name.  The daemon looked the path
+/// up, took passwd for the image and the device for root's disk, and paced
+/// it for nobody.  Now the path is walked with no symlink and a deleted
+/// file's name not at all: the device is a user's.
+#[test]
+fn a_users_deleted_image_named_after_roots_file_steers_no_limit() -> Result<()> {
+    require_root();
+    let device = LoopDevice::new(512)?;
+    let name = device.dev.file_name().context("loop device name")?.to_string_lossy().into_owned();
+    let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))?;
+    let backing = std::path::PathBuf::from(backing.trim_end());
+    for path in [&backing, backing.parent().context("the image's directory")?.to_path_buf().as_path()].iter() {
+        std::os::unix::fs::chown(path, Some(65534), Some(65534))?;
+    }
+    let fs = Mounted::new(device, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    run(as_nobody("sh").arg("-c").arg(format!("rm '{0}' && ln -s /etc/passwd '{0} (deleted)'", backing.display())))?;
+    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(POLICY), &[])?;
+    run(as_nobody("sh").arg("-c").arg(format!("head -c 256M /dev/zero | pv -qL 200m > {}", dir.join("f").display())))?;
+    let log = daemon.stop()?;
+    assert!(!log.contains("pacing on"), "nobody's loop device was paced as root's disk:\n{log}");
+    assert!(log.contains("a user sets this device's speed"), "not said:\n{log}");
+    Ok(())
+}
+
+/// udisks mounts a user's NTFS image, a loop device over their file, with
+/// ntfs-3g, which it runs as root: a fuseblk mount with user_id=0, as a
+/// stick's NTFS is.  Taken for root's FUSE mount, nobody's copy into it at
+/// 200 MiB/s was paced; now what is under a fuseblk mount is looked up
+/// (its superblock is its block device's), and it is nobody's.
+#[test]
+fn a_users_ntfs_image_mounted_by_roots_ntfs_3g_steers_no_limit() -> Result<()> {
+    require_root();
+    let device = LoopDevice::new(512)?;
+    let name = device.dev.file_name().context("loop device name")?.to_string_lossy().into_owned();
+    let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))?;
+    std::os::unix::fs::chown(backing.trim_end(), Some(65534), Some(65534))?;
+    run(Command::new("mkntfs").args(["--quick", "--force", "--quiet"]).arg(&device.dev))?;
+    let dir = Scratch::new("ntfs")?;
+    run(Command::new("ntfs-3g").arg(&device.dev).arg(&dir.0).args(["-o", "uid=65534,gid=65534"]))?;
+    let mounted = Unmount(dir.0.clone());
+    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(POLICY), &[])?;
+    run(as_nobody("sh")
+        .arg("-c")
+        .arg(format!("head -c 256M /dev/zero | pv -qL 200m > {}", dir.0.join("f").display())))?;
+    let log = daemon.stop()?;
+    drop(mounted);
+    assert!(log.contains("stream started"), "nobody's copy was not seen:\n{log}");
+    assert!(!log.contains("pacing on"), "nobody's NTFS image was paced as root's FUSE mount:\n{log}");
+    assert!(log.contains("loop (uid 65534's file)"), "not said:\n{log}");
+    Ok(())
+}
+
+/// A mount, unmounted when dropped.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
 }
 
 /// A loop device over a user's own file (udisks sets one up for a user's

@@ -9,6 +9,14 @@
 //! (`pace_user_devices`).  Disks and sticks, and network and FUSE mounts
 //! root made, pace as before: a desktop user's copy to a stick udisks
 //! mounted is the feature, not the attack.
+//!
+//! Whose data a block device holds is decided through its layers (a loop
+//! device's backing file, the devices a dm or md device is built from, a
+//! partition's disk: owner.rs), and that lookup walks a path that a user
+//! may have chosen: it is made on a thread of its own (devices::owners),
+//! and until it answers the device is `Layered`, a user's.
+
+pub mod owner;
 
 use crate::sys::MountInfo;
 
@@ -30,44 +38,64 @@ pub enum Backing {
     /// for one root mounted: ntfs-3g from udisks, a system sshfs).
     Fuse { user: u32 },
     /// A loop device over a file of this uid's (udisks sets one up for a
-    /// user's disk image).
+    /// user's disk image), or a device built on one (dm-crypt, fuseblk);
+    /// owner::UNKNOWN where the file's owner could not be told.
     UserLoop { user: u32 },
     /// A filesystem this daemon's mount table does not list: mounted in a
     /// mount namespace of someone else's (a user's `unshare -rm` FUSE).
     Unlisted,
+    /// Built on other block devices (a loop device, dm, md, or fuseblk on
+    /// one of them) whose owners are still being looked up (owner.rs):
+    /// a user's until known.  `fuse`: a FUSE server root runs (ntfs-3g
+    /// from udisks) serves it, which it stays where all below is root's.
+    Layered { fuse: bool },
 }
 
 impl Backing {
     /// Of the superblock `sb_dev` ("major:minor", as mountinfo lists it) on
-    /// bdi `bdi`, among `mounts`.
-    pub fn of(bdi: &str, sb_dev: &str, mounts: &[MountInfo]) -> Self {
+    /// bdi `bdi`, among `mounts`; `layered` tells a block device built on
+    /// others (owner::layered).  Where it says `Layered`, the block device
+    /// to look up (`owner::owner`) is the second.
+    pub fn of(bdi: &str, sb_dev: &str, mounts: &[MountInfo], layered: impl Fn(&str) -> bool) -> (Self, Option<String>) {
         let Some(m) = mounts.iter().find(|m| m.dev == sb_dev) else {
-            return Self::Unlisted;
+            return (Self::Unlisted, None);
         };
         if m.fstype == "fuse" || m.fstype == "fuseblk" || m.fstype.starts_with("fuse.") {
             // user_id is the server's uid as fusermount3 (setuid) or root
             // wrote it; a user cannot make it 0 in this namespace.
             let user = m.options.split(',').find_map(|o| o.strip_prefix("user_id=")?.parse().ok());
-            return Self::Fuse { user: user.unwrap_or(u32::MAX) };
+            // fuseblk's superblock is its block device's: root's server
+            // (ntfs-3g, which udisks runs for a user's NTFS image too)
+            // serves whatever is under it.
+            if user == Some(0) && m.fstype == "fuseblk" && layered(sb_dev) {
+                return (Self::Layered { fuse: true }, Some(sb_dev.to_owned()));
+            }
+            return (Self::Fuse { user: user.unwrap_or(u32::MAX) }, None);
         }
         if SMB.contains(&m.fstype.as_str()) {
-            return Self::Smb;
+            return (Self::Smb, None);
         }
         if NETWORK.contains(&m.fstype.as_str()) {
-            return Self::Network;
+            return (Self::Network, None);
         }
-        match loop_owner(bdi) {
-            Some(user) if user != 0 => Self::UserLoop { user },
-            _ => Self::Disk,
-        }
+        Self::of_block_device(bdi, layered)
     }
 
-    /// Of a block device written through its node (its disk's bdi `bdi`):
-    /// no superblock to look up, only whether a user's file backs it.
-    pub fn of_block_device(bdi: &str) -> Self {
-        match loop_owner(bdi) {
-            Some(user) if user != 0 => Self::UserLoop { user },
-            _ => Self::Disk,
+    /// Of a block device (its bdi `bdi`, a disk's), written through its node
+    /// or under a filesystem: no superblock to look up, only whether other
+    /// block devices, and so perhaps a user's file, are under it.
+    pub fn of_block_device(bdi: &str, layered: impl Fn(&str) -> bool) -> (Self, Option<String>) {
+        if layered(bdi) { (Self::Layered { fuse: false }, Some(bdi.to_owned())) } else { (Self::Disk, None) }
+    }
+
+    /// What a `Layered` device is once the owner of what is under it is
+    /// known (owner::owner: 0 where all of it is root's).
+    pub fn resolved(self, owner: u32) -> Self {
+        match self {
+            Self::Layered { .. } if owner != 0 => Self::UserLoop { user: owner },
+            Self::Layered { fuse: true } => Self::Fuse { user: 0 },
+            Self::Layered { fuse: false } => Self::Disk,
+            other => other,
         }
     }
 
@@ -76,7 +104,7 @@ impl Backing {
         match self {
             Self::Disk | Self::Network | Self::Smb => false,
             Self::Fuse { user } => user != 0,
-            Self::UserLoop { .. } | Self::Unlisted => true,
+            Self::UserLoop { .. } | Self::Unlisted | Self::Layered { .. } => true,
         }
     }
 
@@ -106,24 +134,12 @@ impl Backing {
             Self::Smb => "network (smb)".into(),
             Self::Fuse { user: 0 } => "fuse (root's)".into(),
             Self::Fuse { user } => format!("fuse (uid {user}'s)"),
+            Self::UserLoop { user: owner::UNKNOWN } => "loop (a file whose owner is not known)".into(),
             Self::UserLoop { user } => format!("loop (uid {user}'s file)"),
             Self::Unlisted => "another namespace's mount".into(),
+            Self::Layered { .. } => "layered (what is under it being looked up)".into(),
         }
     }
-}
-
-/// The owner of a loop device's backing file; None for any other device.
-fn loop_owner(bdi: &str) -> Option<u32> {
-    let file = std::fs::read_to_string(format!("/sys/dev/block/{bdi}/loop/backing_file")).ok()?;
-    let file = std::path::Path::new(file.trim_end_matches('\n'));
-    // The path as whoever set the device up saw it: the unit's PrivateTmp
-    // hides the host's /tmp and /var/tmp from the daemon, and a disk image
-    // there is looked up through init's root instead.
-    let host = std::path::Path::new("/proc/1/root").join(file.strip_prefix("/").unwrap_or(file));
-    let owner = crate::sys::cached_owner(&host).or_else(|_| crate::sys::cached_owner(file));
-    // A backing file deleted or out of reach is nobody's in particular:
-    // the user who could have set it up is not known, so it counts as one.
-    Some(owner.unwrap_or(u32::MAX))
 }
 
 #[cfg(test)]
@@ -150,7 +166,7 @@ mod tests {
             mount("0:53", "cifs", "rw,vers=3.1.1"),
             mount("8:1", "ext4", "rw"),
         ];
-        let of = |sb| Backing::of("none", sb, &mounts);
+        let of = |sb| Backing::of("none", sb, &mounts, |_| false).0;
         assert_eq!(of("0:50"), Backing::Fuse { user: 1000 });
         assert!(of("0:50").user_made());
         assert_eq!(of("0:51"), Backing::Fuse { user: 0 });
@@ -164,5 +180,30 @@ mod tests {
         assert!(!of("8:1").user_made());
         assert_eq!(of("0:99"), Backing::Unlisted);
         assert!(of("0:99").user_made());
+    }
+
+    /// A device built on others is a user's until what is under it is
+    /// known; ntfs-3g from udisks over a loop device stays root's FUSE
+    /// only where the loop device's file is root's.
+    #[test]
+    fn a_layered_device_is_a_users_until_its_owner_is_known() {
+        let mounts = [
+            mount("7:3", "ext4", "rw"),
+            mount("7:4", "fuseblk", "rw,user_id=0,group_id=0,allow_other"),
+            mount("8:1", "fuseblk", "rw,user_id=0,group_id=0,allow_other"),
+        ];
+        let loops = |dev: &str| dev.starts_with("7:");
+        let (b, look) = Backing::of("7:3", "7:3", &mounts, loops);
+        assert_eq!((b, look.as_deref()), (Backing::Layered { fuse: false }, Some("7:3")));
+        assert!(b.user_made());
+        assert_eq!(b.resolved(0), Backing::Disk);
+        assert_eq!(b.resolved(1000), Backing::UserLoop { user: 1000 });
+        let (b, look) = Backing::of("0:60-fuseblk", "7:4", &mounts, loops);
+        assert_eq!((b, look.as_deref()), (Backing::Layered { fuse: true }, Some("7:4")));
+        assert_eq!(b.resolved(0), Backing::Fuse { user: 0 });
+        assert!(b.resolved(1000).user_made());
+        assert_eq!(Backing::of("0:61-fuseblk", "8:1", &mounts, loops), (Backing::Fuse { user: 0 }, None));
+        assert_eq!(Backing::of_block_device("8:0", loops), (Backing::Disk, None));
+        assert_eq!(Backing::Disk.resolved(1000), Backing::Disk, "only a layered device is resolved");
     }
 }

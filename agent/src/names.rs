@@ -182,6 +182,11 @@ impl Names {
         name
     }
 
+    /// The mount table as last read.
+    pub fn mounts(&self) -> &[MountInfo] {
+        &self.watch.mounts
+    }
+
     /// Whether the mount table changed since this last said so: the names
     /// given before may be out of date.
     pub fn changed(&mut self) -> bool {

@@ -7,10 +7,7 @@ pub use mounts::*;
 use std::{
     ffi::{CStr, CString},
     io,
-    os::{
-        fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
-        unix::ffi::OsStrExt,
-    },
+    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
     path::Path,
 };
 
@@ -146,12 +143,10 @@ pub fn reopen_checked(handle: &OwnedFd, expect: FileId) -> Result<OwnedFd, Error
 /// `root_dev` is the root's device, as the caller checked it when it
 /// opened the root (not asked again per file).
 pub fn open_beneath(root: &OwnedFd, root_dev: u64, rel: &CStr, expect: FileId) -> Result<OwnedFd, ErrorKind> {
-    let names: Vec<&[u8]> = rel.to_bytes().split(|&b| b == b'/').collect();
-    if names.iter().any(|n| n.is_empty() || *n == b"." || *n == b"..") {
+    let Some((last, dirs)) = plain_names(rel.to_bytes()) else {
         tracing::debug!(path = ?rel, "not a plain relative path");
         return Err(ErrorKind::Other);
-    }
-    let (last, dirs) = names.split_last().expect("split gives one name at least");
+    };
     let mut dir: Option<OwnedFd> = None;
     for name in dirs {
         let next = path_at(dir.as_ref().unwrap_or(root), name, libc::O_DIRECTORY)?;
@@ -162,6 +157,39 @@ pub fn open_beneath(root: &OwnedFd, root_dev: u64, rel: &CStr, expect: FileId) -
         dir = Some(next);
     }
     reopen_checked(&path_at(dir.as_ref().unwrap_or(root), last, 0)?, expect)
+}
+
+/// The names of a relative path, the last apart; None if one is "", "."
+/// or "..".
+fn plain_names(rel: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
+    let mut names: Vec<&[u8]> = rel.split(|&b| b == b'/').collect();
+    if names.iter().any(|n| n.is_empty() || *n == b"." || *n == b"..") {
+        return None;
+    }
+    let last = names.pop()?;
+    Some((last, names))
+}
+
+/// What `rel` names beneath the directory `root`, reached as open_beneath
+/// walks (one plain name at a time, O_PATH|O_NOFOLLOW: no symlink followed,
+/// no filesystem's or driver's open called), except that mount points are
+/// crossed.  The last name is opened as itself, a symlink included.
+pub fn walk_plain(root: &OwnedFd, rel: &[u8]) -> Option<OwnedFd> {
+    let (last, dirs) = plain_names(rel)?;
+    let mut dir: Option<OwnedFd> = None;
+    for name in dirs {
+        dir = Some(path_at(dir.as_ref().unwrap_or(root), name, libc::O_DIRECTORY).ok()?);
+    }
+    path_at(dir.as_ref().unwrap_or(root), last, 0).ok()
+}
+
+/// A directory opened O_PATH (nothing of it read).
+pub fn open_dir(path: &CStr) -> io::Result<OwnedFd> {
+    let raw = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// `name` in `dir`, opened O_PATH|O_NOFOLLOW (plus `flags`).
@@ -191,11 +219,13 @@ fn cached_statx(dirfd: RawFd, path: &CStr, flags: i32) -> io::Result<(FileId, li
     Ok((FileId { dev, ino: stx.stx_ino }, stx.stx_mode as libc::mode_t & libc::S_IFMT))
 }
 
-/// The owner of what `path` names, from the inode in memory
-/// (AT_STATX_DONT_SYNC: a FUSE or NFS server is not asked).
-pub fn cached_owner(path: &Path) -> io::Result<u32> {
-    let path = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    Ok(statx_in_memory(libc::AT_FDCWD, &path, libc::AT_NO_AUTOMOUNT, libc::STATX_UID)?.stx_uid)
+/// Owner, file type and (a device node's) device number of an open file,
+/// from the inode in memory (AT_STATX_DONT_SYNC: no FUSE or NFS server is
+/// asked).
+pub fn cached_owner_type(fd: RawFd) -> io::Result<(u32, libc::mode_t, u64)> {
+    let stx = statx_in_memory(fd, c"", libc::AT_EMPTY_PATH, libc::STATX_TYPE | libc::STATX_UID)?;
+    let rdev = libc::makedev(stx.stx_rdev_major, stx.stx_rdev_minor);
+    Ok((stx.stx_uid, stx.stx_mode as libc::mode_t & libc::S_IFMT, rdev))
 }
 
 /// statx(2) with AT_STATX_DONT_SYNC: the fields in `mask` as the inode in

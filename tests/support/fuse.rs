@@ -14,6 +14,8 @@ pub const PYTHON: &str = "/usr/bin/python3";
 pub const FUSE_HANG: &str = concat!(include_str!("../attacks/fuse.py"), include_str!("../attacks/fuse_hang.py"));
 /// Takes writes at a chosen rate, and may stop answering them.
 pub const FUSE_SLOW: &str = concat!(include_str!("../attacks/fuse.py"), include_str!("../attacks/fuse_slow.py"));
+/// A disk image in memory, "img", whose LOOKUPs go unanswered after SIGUSR1.
+pub const FUSE_IMAGE: &str = concat!(include_str!("../attacks/fuse.py"), include_str!("../attacks/fuse_image.py"));
 /// Answers FLUSH only from its own writer.
 pub const FUSE_NOFLUSH: &str = concat!(include_str!("../attacks/fuse.py"), include_str!("../attacks/fuse_noflush.py"));
 
@@ -58,6 +60,11 @@ impl RootFuse {
         let mut me = Self::spawn(FUSE_HANG, &[])?;
         await_line(&mut me.server, "ready")?;
         Ok(me)
+    }
+
+    /// Its file named `name`.
+    pub fn named(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
     }
 
     pub fn file(&self) -> PathBuf {

@@ -25,6 +25,12 @@ pub(super) struct Device {
     pub(super) shared: Arc<DeviceShared>,
     /// Superblocks on this device (btrfs: one bdi, several may appear).
     pub(super) sb_devs: HashSet<u32>,
+    /// Each filesystem superblock's mount as it was when its backing was
+    /// found (probe::mount_of): one whose mount is no longer that is looked
+    /// at again at its next event.  An unmount frees an anonymous number
+    /// for the next mount, a user's FUSE mount too, which took root's
+    /// FUSE mount's class with it.
+    pub(super) mounted_as: HashMap<u32, String>,
     /// Block devices on it written through their node, and whether a
     /// filesystem was mounted on them when first seen so (left to that
     /// filesystem's writers).  Apart from `sb_devs`: a filesystem on the
@@ -72,6 +78,22 @@ impl Device {
     /// Its superblocks as mountinfo writes them.
     pub(super) fn sb_names(&self) -> Vec<String> {
         self.sb_devs.iter().map(|&sb| super::probe::sb_dev_name(sb)).collect()
+    }
+
+    /// Forgets its superblocks whose mount in `mounts` is no longer the one
+    /// their backing was found from (`mounted_as`); true if one was.
+    pub(super) fn forget_remounted(&mut self, mounts: &[crate::sys::MountInfo]) -> bool {
+        let gone: Vec<u32> = self
+            .mounted_as
+            .iter()
+            .filter(|(sb, was)| super::probe::mount_of(&super::probe::sb_dev_name(**sb), mounts) != **was)
+            .map(|(sb, _)| *sb)
+            .collect();
+        for sb in &gone {
+            self.sb_devs.remove(sb);
+            self.mounted_as.remove(sb);
+        }
+        !gone.is_empty()
     }
 
     /// Notes whether it is paced now; the time it was paced, in all.

@@ -12,6 +12,7 @@ mod decide;
 #[cfg(test)]
 mod decide_tests;
 mod device;
+mod owners;
 mod probe;
 mod push;
 mod shared;
@@ -31,7 +32,7 @@ pub use self::{decide::SMALL_FILES, shared::DeviceShared};
 use self::{
     decide::{Action, Askers, Figures, Inputs, PacerView, Pushed, ReleaseWhy},
     device::Device,
-    probe::{compress_grain, kernel_name, max_request, sb_dev_name},
+    probe::{compress_grain, kernel_name, max_request, mount_of, sb_dev_name},
 };
 use crate::{
     abi::{wb_device, wb_event},
@@ -76,6 +77,8 @@ pub struct Devices {
     observing: bool,
     /// Devices' names, read again when the mount table changes.
     names: crate::names::Names,
+    /// Layered devices' owners, looked up off this thread.
+    owners: owners::OwnerLookups,
 }
 
 /// A lever as status and the journal name it ("bdi", "global"; "" for
@@ -109,6 +112,7 @@ impl Devices {
             would_pace: 0,
             observing: false,
             names: crate::names::Names::default(),
+            owners: owners::OwnerLookups::default(),
         }
     }
 
@@ -212,6 +216,7 @@ impl Devices {
                     waiting: Mutex::new(None),
                 }),
                 sb_devs: HashSet::new(),
+                mounted_as: HashMap::new(),
                 nodes: HashMap::new(),
                 max_request,
                 knobs: self.pacer.available(&bdi),
@@ -243,13 +248,24 @@ impl Devices {
         dev.shared.est.lock().unwrap().kernel(ev.bdi_bw_pages * self.page_size);
         dev.dirty = (ev.bdi_dirty_pages as i64).max(0) as u64 * self.page_size;
         if dev.sb_devs.insert(ev.sb_dev) {
+            if !ev.block_device() {
+                dev.mounted_as.insert(ev.sb_dev, mount_of(&sb_dev, &mounts));
+            }
             // Each superblock of the device is looked at once: one a user
             // made (a FUSE mount on a shared anonymous bdi cannot be, but
             // a loop device may carry several) makes the whole bdi theirs.
-            let backing =
-                if ev.block_device() { Backing::of_block_device(&bdi) } else { Backing::of(&bdi, &sb_dev, &mounts) };
-            if backing.user_made() || dev.sb_devs.len() == 1 {
-                if backing.user_made() && !dev.shared.user_made() {
+            let layered = |dev: &str| crate::backing::owner::layered(std::path::Path::new("/sys"), dev);
+            let (backing, look_up) = if ev.block_device() {
+                Backing::of_block_device(&bdi, layered)
+            } else {
+                Backing::of(&bdi, &sb_dev, &mounts, layered)
+            };
+            // A layered device already looked up is not looked up again for
+            // each of its superblocks (its partitions' filesystems).
+            let known = look_up.is_some() && dev.sb_devs.len() > 1 && !dev.shared.user_made();
+            if !known && (backing.user_made() || dev.sb_devs.len() == 1) {
+                // A layered device's is said by its lookup, once it knows.
+                if look_up.is_none() && backing.user_made() && !dev.shared.user_made() {
                     tracing::info!(
                         bdi,
                         name = %printable(&dev.name),
@@ -258,6 +274,9 @@ impl Devices {
                     );
                 }
                 *dev.shared.backing.lock().unwrap() = backing;
+                if let Some(under) = look_up {
+                    self.owners.start(&bdi, &dev.name, under, &dev.shared);
+                }
                 if backing.network() {
                     dev.export = mounts.iter().find(|m| m.dev == sb_dev).map(|m| m.source.clone());
                 }
@@ -365,6 +384,9 @@ impl Devices {
         self.on_battery = on_battery;
         if self.names.changed() {
             for (bdi, d) in &mut self.devs {
+                if d.forget_remounted(self.names.mounts()) {
+                    tracing::debug!(bdi, "a superblock's mount changed: its backing is looked at again");
+                }
                 d.name = self.names.of(bdi, &d.sb_names());
             }
         }

@@ -31,6 +31,16 @@ pub(super) fn sb_dev_name(sb_dev: u32) -> String {
     format!("{}:{}", libc::major(dev), libc::minor(dev))
 }
 
+/// What tells superblock `sb_dev`'s mount in `mounts` from another one
+/// given its number later: its type, source and options ("" where none
+/// lists it, as for a mount in another namespace).
+pub(super) fn mount_of(sb_dev: &str, mounts: &[crate::sys::MountInfo]) -> String {
+    mounts
+        .iter()
+        .find(|m| m.dev == sb_dev)
+        .map_or_else(String::new, |m| format!("{} {} {}", m.fstype, m.source, m.options))
+}
+
 pub(super) fn grain_for(fstype: &str, options: &str) -> u64 {
     let compress = options.split(',').any(|o| o == "compress" || o.starts_with("compress="));
     if fstype == "btrfs" && compress { BTRFS_EXTENT } else { 0 }

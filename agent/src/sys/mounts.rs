@@ -203,7 +203,7 @@ mod tests {
     fn a_host_disk_is_a_disk_from_a_container_and_a_user_s_namespace_mount_stays_unlisted() {
         use crate::backing::Backing;
         let init: Vec<MountInfo> =
-            ["27 1 254:0 / / rw,relatime - ext4 /dev/vda rw", "40 27 7:3 / /mnt/wb rw,relatime - ext4 /dev/loop3 rw"]
+            ["27 1 254:0 / / rw,relatime - ext4 /dev/vda rw", "40 27 8:3 / /mnt/wb rw,relatime - ext4 /dev/sda3 rw"]
                 .iter()
                 .filter_map(|l| mount_info(l))
                 .collect();
@@ -218,11 +218,12 @@ mod tests {
         let table = MountTable::decide(Some(9), None, root(&container).as_deref(), root(&init).as_deref());
         assert_eq!(table, MountTable::Init);
         let read = if table == MountTable::Init { &init } else { &container };
-        assert_eq!(Backing::of("7:3", "7:3", read), Backing::Disk);
-        assert_eq!(Backing::of("7:3", "7:3", &container), Backing::Unlisted, "what the container's own table said");
+        let of = |dev, table| Backing::of(dev, dev, table, |_| false).0;
+        assert_eq!(of("8:3", read), Backing::Disk);
+        assert_eq!(of("8:3", &container), Backing::Unlisted, "what the container's own table said");
         // The user's FUSE superblock (0:77) is in neither table.
-        assert_eq!(Backing::of("0:77", "0:77", read), Backing::Unlisted);
-        assert!(Backing::of("0:77", "0:77", read).user_made());
+        assert_eq!(of("0:77", read), Backing::Unlisted);
+        assert!(of("0:77", read).user_made());
     }
 
     #[test]
