@@ -304,6 +304,24 @@ fn stalled_user_devices_leave_threads_for_disks() -> Result<()> {
     Ok(())
 }
 
+/// A loop device over an image file that nobody owns (as udisks attaches
+/// a user's), and the image's path.
+fn nobodys_image() -> Result<(LoopDevice, std::path::PathBuf)> {
+    let device = LoopDevice::new(512)?;
+    let backing = std::fs::read_to_string(format!("/sys/block/{}/loop/backing_file", device.name()))?;
+    let backing = std::path::PathBuf::from(backing.trim_end());
+    std::os::unix::fs::chown(&backing, Some(65534), Some(65534))?;
+    Ok((device, backing))
+}
+
+/// nobody copies 256 MiB into `dir` at 200 MiB/s under a daemon with
+/// POLICY; the daemon's log.
+fn nobodys_copy_into(dir: &std::path::Path) -> Result<String> {
+    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(POLICY), &[])?;
+    run(as_nobody("sh").arg("-c").arg(format!("head -c 256M /dev/zero | pv -qL 200m > {}", dir.join("f").display())))?;
+    daemon.stop()
+}
+
 /// sysfs names a loop device's backing file by a path the kernel renders
 /// when asked: "<name> (deleted)" once the file is removed.  nobody removes
 /// their image once it is attached (as udisks attaches a user's) and puts a
@@ -314,19 +332,12 @@ fn stalled_user_devices_leave_threads_for_disks() -> Result<()> {
 #[test]
 fn a_users_deleted_image_named_after_roots_file_steers_no_limit() -> Result<()> {
     require_root();
-    let device = LoopDevice::new(512)?;
-    let name = device.dev.file_name().context("loop device name")?.to_string_lossy().into_owned();
-    let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))?;
-    let backing = std::path::PathBuf::from(backing.trim_end());
-    for path in [&backing, backing.parent().context("the image's directory")?.to_path_buf().as_path()].iter() {
-        std::os::unix::fs::chown(path, Some(65534), Some(65534))?;
-    }
+    let (device, backing) = nobodys_image()?;
+    std::os::unix::fs::chown(backing.parent().context("the image's directory")?, Some(65534), Some(65534))?;
     let fs = Mounted::new(device, "ext4")?;
     let dir = fs.nobodys_dir("nobody")?;
     run(as_nobody("sh").arg("-c").arg(format!("rm '{0}' && ln -s /etc/passwd '{0} (deleted)'", backing.display())))?;
-    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(POLICY), &[])?;
-    run(as_nobody("sh").arg("-c").arg(format!("head -c 256M /dev/zero | pv -qL 200m > {}", dir.join("f").display())))?;
-    let log = daemon.stop()?;
+    let log = nobodys_copy_into(&dir)?;
     assert!(!log.contains("pacing on"), "nobody's loop device was paced as root's disk:\n{log}");
     assert!(log.contains("a user sets this device's speed"), "not said:\n{log}");
     Ok(())
@@ -340,19 +351,12 @@ fn a_users_deleted_image_named_after_roots_file_steers_no_limit() -> Result<()> 
 #[test]
 fn a_users_ntfs_image_mounted_by_roots_ntfs_3g_steers_no_limit() -> Result<()> {
     require_root();
-    let device = LoopDevice::new(512)?;
-    let name = device.dev.file_name().context("loop device name")?.to_string_lossy().into_owned();
-    let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))?;
-    std::os::unix::fs::chown(backing.trim_end(), Some(65534), Some(65534))?;
+    let (device, _) = nobodys_image()?;
     run(Command::new("mkntfs").args(["--quick", "--force", "--quiet"]).arg(&device.dev))?;
     let dir = Scratch::new("ntfs")?;
     run(Command::new("ntfs-3g").arg(&device.dev).arg(&dir.0).args(["-o", "uid=65534,gid=65534"]))?;
     let mounted = Unmount(dir.0.clone());
-    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(POLICY), &[])?;
-    run(as_nobody("sh")
-        .arg("-c")
-        .arg(format!("head -c 256M /dev/zero | pv -qL 200m > {}", dir.0.join("f").display())))?;
-    let log = daemon.stop()?;
+    let log = nobodys_copy_into(&dir.0)?;
     drop(mounted);
     assert!(log.contains("stream started"), "nobody's copy was not seen:\n{log}");
     assert!(!log.contains("pacing on"), "nobody's NTFS image was paced as root's FUSE mount:\n{log}");
@@ -375,15 +379,9 @@ impl Drop for Unmount {
 #[test]
 fn a_loop_device_over_a_users_file_steers_no_limit() -> Result<()> {
     require_root();
-    let device = LoopDevice::new(512)?;
-    let name = device.dev.file_name().context("loop device name")?.to_string_lossy().into_owned();
-    let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))?;
-    std::os::unix::fs::chown(backing.trim_end(), Some(65534), Some(65534))?;
+    let (device, _) = nobodys_image()?;
     let fs = Mounted::new(device, "ext4")?;
-    let dir = fs.nobodys_dir("nobody")?;
-    let daemon = Daemon::start_exe_with(&daemon::daemon_exe(), Some(POLICY), &[])?;
-    run(as_nobody("sh").arg("-c").arg(format!("head -c 256M /dev/zero | pv -qL 200m > {}", dir.join("f").display())))?;
-    let log = daemon.stop()?;
+    let log = nobodys_copy_into(&fs.nobodys_dir("nobody")?)?;
     assert!(!log.contains("pacing on"), "a loop device over nobody's file was paced:\n{log}");
     assert!(log.contains("loop (uid 65534's file)"), "not said:\n{log}");
     Ok(())
