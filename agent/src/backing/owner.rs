@@ -12,14 +12,16 @@
 //! anything: remove their image and put a symlink to `/etc/passwd` by the
 //! deleted name.  So the path is walked one plain name at a time, never
 //! through a symlink, and a deleted file's name is not looked up at all.
-//! What is left: a path that names, in the daemon's namespace, another
-//! file with no symlink on the way (a user's image opened in a mount
+//! What is left: a path that names, beneath init's root, another file with
+//! no symlink on the way (a user's image opened in a mount
 //! namespace of their own, where the same path is theirs); sysfs has no
 //! inode number to check it against.
 //!
 //! The walk may wait on any filesystem it crosses (a FUSE server that does
 //! not answer a LOOKUP, an automount): it runs on a thread of its own
-//! (devices::owners), never on the intake's.
+//! (devices::owners), never on the intake's, which asks sysfs alone and
+//! is done where no loop device is under the device (dm over a disk: a
+//! LUKS or LVM root).
 
 use std::{
     fs,
@@ -44,11 +46,14 @@ pub enum Found {
     Block { dev: String },
     /// Nothing that can be told: a symlink, a deleted file, no such path.
     Other,
+    /// Not looked up: what the intake thread's walk says (it walks no
+    /// path), for `owner` to say that the answer needs one.
+    NotWalked,
 }
 
 /// The sysfs directory of block device `dev` ("major:minor"); for a
 /// partition, its disk's.
-fn disk_dir(sysfs: &Path, dev: &str) -> PathBuf {
+pub(crate) fn disk_dir(sysfs: &Path, dev: &str) -> PathBuf {
     let dir = sysfs.join("dev/block").join(dev);
     if dir.join("partition").exists() { dir.join("..") } else { dir }
 }
@@ -57,40 +62,58 @@ fn disk_dir(sysfs: &Path, dev: &str) -> PathBuf {
 /// with slaves (dm, md).  Reads sysfs only, so any thread may ask.
 pub fn layered(sysfs: &Path, dev: &str) -> bool {
     let dir = disk_dir(sysfs, dev);
-    dir.join("loop/backing_file").exists() || fs::read_dir(dir.join("slaves")).is_ok_and(|mut d| d.next().is_some())
+    dir.join("loop").exists() || fs::read_dir(dir.join("slaves")).is_ok_and(|mut d| d.next().is_some())
 }
 
 /// The owner that counts for what block device `dev` holds: 0 where all
 /// under it is root's files and real hardware, else the uid of a user's
 /// file under it (UNKNOWN where it could not be told).  `walk` says what a
-/// loop device's backing path names (`walk` below, on the running system).
-pub fn owner(sysfs: &Path, dev: &str, walk: &impl Fn(&str) -> Found) -> u32 {
+/// loop device's backing path names (`walk` below, on the running system);
+/// where it answers `NotWalked`, None: the answer needs a walk.
+pub fn owner(sysfs: &Path, dev: &str, walk: &impl Fn(&str) -> Found) -> Option<u32> {
     owner_at(sysfs, dev, walk, 0)
 }
 
-fn owner_at(sysfs: &Path, dev: &str, walk: &impl Fn(&str) -> Found, depth: u32) -> u32 {
+fn owner_at(sysfs: &Path, dev: &str, walk: &impl Fn(&str) -> Found, depth: u32) -> Option<u32> {
     if depth >= DEPTH {
-        return UNKNOWN;
+        return Some(UNKNOWN);
     }
     let dir = disk_dir(sysfs, dev);
-    if let Ok(path) = fs::read_to_string(dir.join("loop/backing_file")) {
-        return match walk(path.strip_suffix('\n').unwrap_or(&path)) {
-            Found::File { uid } => uid,
+    if dir.join("loop").exists() {
+        // A path the kernel would not render (longer than a page: a user
+        // can attach an image from that deep), or a device detached
+        // meanwhile, is nobody's in particular.
+        let path = fs::read_to_string(dir.join("loop/backing_file")).unwrap_or_default();
+        let path = path.strip_suffix('\n').unwrap_or(&path);
+        if path.is_empty() {
+            return Some(UNKNOWN);
+        }
+        return match walk(path) {
+            Found::File { uid } => Some(uid),
             Found::Block { dev } => owner_at(sysfs, &dev, walk, depth + 1),
-            Found::Other => UNKNOWN,
+            Found::Other => Some(UNKNOWN),
+            Found::NotWalked => None,
         };
     }
-    let Ok(slaves) = fs::read_dir(dir.join("slaves")) else { return 0 };
-    for slave in slaves.flatten() {
-        let owner = match fs::read_to_string(slave.path().join("dev")) {
+    let slaves = match fs::read_dir(dir.join("slaves")) {
+        Ok(slaves) => slaves,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(0),
+        Err(_) => return Some(UNKNOWN),
+    };
+    let mut owner = 0;
+    for slave in slaves {
+        let under = match slave.and_then(|s| fs::read_to_string(s.path().join("dev"))) {
             Ok(dev) => owner_at(sysfs, dev.trim(), walk, depth + 1),
-            Err(_) => UNKNOWN,
+            Err(_) => Some(UNKNOWN),
         };
-        if owner != 0 {
-            return owner;
+        match under {
+            Some(0) => {}
+            Some(user) => return Some(user),
+            None => owner = UNKNOWN,
         }
     }
-    0
+    // A slave whose answer needs a walk, and no user's found without one.
+    if owner == UNKNOWN { None } else { Some(0) }
 }
 
 /// What `path`, a loop device's backing file as sysfs names it, is on the
@@ -178,7 +201,7 @@ mod tests {
             "/dev/loop1" => Found::Block { dev: "7:1".into() },
             _ => Found::Other,
         };
-        let of = |dev| owner(&root, dev, &walk);
+        let of = |dev| owner(&root, dev, &walk).unwrap();
         assert_eq!(of("8:0"), 0, "a disk");
         assert_eq!(of("8:1"), 0, "its partition");
         assert_eq!(of("7:0"), 0, "a loop device over root's image");
@@ -190,6 +213,18 @@ mod tests {
         assert_eq!(of("254:2"), 1000, "dm over dm over alice's loop device");
         assert_eq!(of("7:3"), UNKNOWN, "a deleted file is nobody's in particular");
         assert!(layered(&root, "7:0") && layered(&root, "259:0") && layered(&root, "254:1"));
+        // Without a walk: what sysfs alone tells, and None where a loop
+        // device's path is to be walked.
+        let sysfs_only = |dev| owner(&root, dev, &|_: &str| Found::NotWalked);
+        assert_eq!(sysfs_only("254:1"), Some(0), "dm over a disk's partition needs no walk");
+        assert_eq!(sysfs_only("8:0"), Some(0));
+        assert_eq!(sysfs_only("254:0"), None, "dm over a loop device");
+        assert_eq!(sysfs_only("7:3"), None);
+        // A loop device whose path sysfs would not render (too long).
+        fs::write(root.join("devices/loop0/loop/backing_file"), "").unwrap();
+        assert_eq!(of("7:0"), UNKNOWN, "an empty backing_file is nobody's in particular");
+        fs::remove_file(root.join("devices/loop0/loop/backing_file")).unwrap();
+        assert_eq!(of("7:0"), UNKNOWN, "an unreadable backing_file too");
         assert!(!layered(&root, "8:0") && !layered(&root, "8:1") && !layered(&root, "0:50"));
         let _ = fs::remove_dir_all(&root);
     }
@@ -197,7 +232,7 @@ mod tests {
     #[test]
     fn a_loop_over_itself_ends() {
         let root = sysfs("cycle", &[("7:5", "loop5", Some("/dev/loop5"), &[])]);
-        assert_eq!(owner(&root, "7:5", &|_: &str| Found::Block { dev: "7:5".into() }), UNKNOWN);
+        assert_eq!(owner(&root, "7:5", &|_: &str| Found::Block { dev: "7:5".into() }), Some(UNKNOWN));
         let _ = fs::remove_dir_all(&root);
     }
 

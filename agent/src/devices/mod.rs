@@ -213,6 +213,7 @@ impl Devices {
                     chunk: AtomicU64::new(bandwidth::chunk(initial_bw, in_flight, max_request)),
                     grain,
                     backing: Mutex::new(Backing::Disk),
+                    lookup: AtomicU64::new(0),
                     waiting: Mutex::new(None),
                 }),
                 sb_devs: HashSet::new(),
@@ -248,9 +249,9 @@ impl Devices {
         dev.shared.est.lock().unwrap().kernel(ev.bdi_bw_pages * self.page_size);
         dev.dirty = (ev.bdi_dirty_pages as i64).max(0) as u64 * self.page_size;
         if dev.sb_devs.insert(ev.sb_dev) {
-            if !ev.block_device() {
-                dev.mounted_as.insert(ev.sb_dev, mount_of(&sb_dev, &mounts));
-            }
+            // A node's superblock too: a filesystem mounted on the device
+            // later changes what it reads, and is then looked at anew.
+            dev.mounted_as.insert(ev.sb_dev, mount_of(&sb_dev, &mounts));
             // Each superblock of the device is looked at once: one a user
             // made (a FUSE mount on a shared anonymous bdi cannot be, but
             // a loop device may carry several) makes the whole bdi theirs.
@@ -397,6 +398,7 @@ impl Devices {
             self.tick_one(&bdi, a, acting.contains(&bdi));
         }
         self.pacer.tick();
+        self.owners.tick();
     }
 
     /// Forgets devices no event named for DEVICE_IDLE, unless paced or

@@ -1,87 +1,108 @@
-//! The owner lookups of layered devices (backing::owner), each on a thread
-//! of its own.  The intake thread, which drains events, answers `wbctl` and
-//! pings the watchdog, touches no filesystem; a lookup walks a loop
-//! device's backing path, which a user may have made cross a FUSE server
-//! of theirs that never answers a LOOKUP (measured: `wbctl status` got no
-//! answer for as long as the server held it, when the walk was the intake
-//! thread's).  Until its lookup answers, a device is `Backing::Layered`, a
-//! user's: it drives no lever.
+//! The owner lookups of layered devices (backing::owner).  The intake
+//! thread, which drains events, answers `wbctl` and pings the watchdog,
+//! touches no filesystem: it asks sysfs alone, which settles a device with
+//! no loop device under it (dm over a disk: a LUKS or LVM root) at once.
+//! A loop device's backing path is walked on a thread of its own: a user
+//! may have made that path cross a FUSE server of theirs that never answers
+//! a LOOKUP (measured: `wbctl status` got no answer for as long as the
+//! server held it, when the walk was the intake thread's).  Until its
+//! lookup answers, a device is `Backing::Layered`, a user's: it drives no
+//! lever.
 
 use std::{
+    collections::VecDeque,
     path::Path,
     sync::{
         Arc,
         atomic::{AtomicUsize, Ordering::Relaxed},
     },
+    time::Duration,
 };
 
 use super::DeviceShared;
 use crate::{
-    backing::{Backing, owner},
+    backing::{
+        Backing,
+        owner::{self, Found},
+    },
     status::printable,
 };
 
-/// How long the intake thread waits for a lookup's answer: one that walks
-/// only root's sysfs and a path in memory answers in well under this, and
-/// the device is then classed before its first window's pacing decision
-/// (a slow stick is capped at its writer's first window).  A lookup that
-/// does not answer costs this once.
-const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_millis(5);
+/// How long the intake thread waits for a walk's answer: one through
+/// root's own directories answers in well under this, and the device is
+/// then classed before its first window's pacing decision (a slow stick
+/// is capped at its writer's first window).  A walk that does not answer
+/// costs this once.
+const ANSWER_WITHIN: Duration = Duration::from_millis(5);
 
-/// Lookups under way at once.  One that never returns holds its thread (and
-/// a task of the unit's TasksMax) for good; beyond this many, a layered
-/// device stays a user's until the daemon's next start.
+/// Walks under way at once.  One that never returns holds its thread (and
+/// a task of the unit's TasksMax) for good; beyond this many, lookups wait
+/// in `queued` for one to end.
 pub(super) const LOOKUPS: usize = 4;
+
+/// Lookups waiting for a thread, at most; past that a layered device
+/// counts as a user's until its superblock is seen anew.
+const QUEUED: usize = 256;
+
+/// One device's lookup: what is under block device `dev`, for the device
+/// `shared` (bdi `bdi`, shown as `name`), its `generation`th lookup.
+struct Lookup {
+    bdi: String,
+    name: String,
+    dev: String,
+    shared: Arc<DeviceShared>,
+    generation: u64,
+}
 
 #[derive(Default)]
 pub(super) struct OwnerLookups {
     running: Arc<AtomicUsize>,
-    /// LOOKUPS was reached and logged (again once below it).
+    queued: VecDeque<Lookup>,
+    /// A full queue was logged (again once it has room).
     full_logged: bool,
 }
 
 impl OwnerLookups {
     /// Looks up the owner of what is under block device `dev` for the
     /// device `shared` (bdi `bdi`, shown as `name`), whose backing says
-    /// `Layered` until then.
+    /// `Layered` until then: from sysfs at once where that tells, else on a
+    /// thread of its own.
     pub(super) fn start(&mut self, bdi: &str, name: &str, dev: String, shared: &Arc<DeviceShared>) {
-        if self.running.load(Relaxed) >= LOOKUPS {
-            if !std::mem::replace(&mut self.full_logged, true) {
-                tracing::warn!(
-                    bdi,
-                    max = LOOKUPS,
-                    "owner lookups of layered devices do not return: this device counts as a user's"
-                );
-            }
-            return;
-        }
-        self.full_logged = false;
-        self.running.fetch_add(1, Relaxed);
-        let (running, shared) = (self.running.clone(), shared.clone());
-        let (answered, answer) = std::sync::mpsc::channel();
-        let (bdi_, name) = (bdi.to_owned(), name.to_owned());
-        let started = std::thread::Builder::new().name("wb-owner".into()).stack_size(256 << 10).spawn(move || {
-            let owner = owner::owner(Path::new("/sys"), &dev, &owner::walk);
-            let backing = {
-                let mut b = shared.backing.lock().unwrap();
-                // Only what this lookup was started for: a later superblock
-                // of the device may have said more.
-                if matches!(*b, Backing::Layered { .. }) {
-                    *b = b.resolved(owner);
+        let generation = shared.lookup.fetch_add(1, Relaxed) + 1;
+        let lookup = Lookup { bdi: bdi.into(), name: name.into(), dev, shared: shared.clone(), generation };
+        match owner::owner(Path::new("/sys"), &lookup.dev, &|_: &str| Found::NotWalked) {
+            Some(owner) => lookup.answer(owner),
+            None if self.running.load(Relaxed) < LOOKUPS => self.spawn(lookup),
+            None if self.queued.len() < QUEUED => self.queued.push_back(lookup),
+            None => {
+                if !std::mem::replace(&mut self.full_logged, true) {
+                    tracing::warn!(
+                        bdi,
+                        "owner lookups of layered devices do not return: this device counts as a user's"
+                    );
                 }
-                *b
-            };
-            let _ = answered.send(());
-            if backing.user_made() {
-                tracing::info!(
-                    bdi = %bdi_,
-                    name = %printable(&name),
-                    backing = %backing.describe(),
-                    "a user sets this device's speed: it paces nobody unless the root policy says pace_user_devices"
-                );
-            } else {
-                tracing::debug!(bdi = %bdi_, backing = %backing.describe(), "all under the device is root's");
             }
+        }
+    }
+
+    /// Starts waiting lookups as threads end (every device tick).
+    pub(super) fn tick(&mut self) {
+        while self.running.load(Relaxed) < LOOKUPS {
+            let Some(lookup) = self.queued.pop_front() else { break };
+            self.full_logged = false;
+            self.spawn(lookup);
+        }
+    }
+
+    fn spawn(&mut self, lookup: Lookup) {
+        self.running.fetch_add(1, Relaxed);
+        let running = self.running.clone();
+        let bdi = lookup.bdi.clone();
+        let (answered, answer) = std::sync::mpsc::channel();
+        let started = std::thread::Builder::new().name("wb-owner".into()).stack_size(256 << 10).spawn(move || {
+            let owner = owner::owner(Path::new("/sys"), &lookup.dev, &owner::walk).unwrap_or(owner::UNKNOWN);
+            lookup.answer(owner);
+            let _ = answered.send(());
             running.fetch_sub(1, Relaxed);
         });
         match started {
@@ -92,6 +113,32 @@ impl OwnerLookups {
                 self.running.fetch_sub(1, Relaxed);
                 tracing::warn!(bdi, error = %e, "cannot start an owner lookup: this device counts as a user's");
             }
+        }
+    }
+}
+
+impl Lookup {
+    /// Resolves the device's backing from `owner`, if it is still the one
+    /// this lookup was started for (a later superblock or mount may have
+    /// started another, or said more), and says so.
+    fn answer(&self, owner: u32) {
+        let backing = {
+            let mut b = self.shared.backing.lock().unwrap();
+            if self.shared.lookup.load(Relaxed) != self.generation || !matches!(*b, Backing::Layered { .. }) {
+                return;
+            }
+            *b = b.resolved(owner);
+            *b
+        };
+        if backing.user_made() {
+            tracing::info!(
+                bdi = %self.bdi,
+                name = %printable(&self.name),
+                backing = %backing.describe(),
+                "a user sets this device's speed: it paces nobody unless the root policy says pace_user_devices"
+            );
+        } else {
+            tracing::debug!(bdi = %self.bdi, backing = %backing.describe(), "all under the device is root's");
         }
     }
 }

@@ -32,13 +32,20 @@ pub(super) fn sb_dev_name(sb_dev: u32) -> String {
 }
 
 /// What tells superblock `sb_dev`'s mount in `mounts` from another one
-/// given its number later: its type, source and options ("" where none
-/// lists it, as for a mount in another namespace).
+/// given its number later: its type, source and FUSE server's uid ("" where
+/// none lists it, as for a mount in another namespace), and the block
+/// device's disk sequence number (diskseq, 5.15+: a new one at each attach
+/// of a loop device, whatever the image).  Not its other options: a
+/// remount with another `commit=` is the same filesystem.
 pub(super) fn mount_of(sb_dev: &str, mounts: &[crate::sys::MountInfo]) -> String {
-    mounts
-        .iter()
-        .find(|m| m.dev == sb_dev)
-        .map_or_else(String::new, |m| format!("{} {} {}", m.fstype, m.source, m.options))
+    let diskseq =
+        std::fs::read_to_string(crate::backing::owner::disk_dir(std::path::Path::new("/sys"), sb_dev).join("diskseq"))
+            .unwrap_or_default();
+    let mount = mounts.iter().find(|m| m.dev == sb_dev).map_or_else(String::new, |m| {
+        let user = m.options.split(',').find(|o| o.starts_with("user_id=")).unwrap_or("");
+        format!("{} {} {user}", m.fstype, m.source)
+    });
+    format!("{mount} {}", diskseq.trim())
 }
 
 pub(super) fn grain_for(fstype: &str, options: &str) -> u64 {

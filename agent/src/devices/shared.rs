@@ -25,6 +25,9 @@ pub struct DeviceShared {
     /// USER_DEVICE_THREADS); a network filesystem's flusher thread never
     /// waits where a silent server would hold it uninterruptibly.
     pub(super) backing: Mutex<Backing>,
+    /// How many owner lookups were started for it (devices::owners): only
+    /// the latest one's answer is taken.
+    pub(super) lookup: AtomicU64,
     /// Since when its flusher thread has been in one call that may block
     /// (an open, starting writeback, waiting for it); None between calls.
     pub(super) waiting: Mutex<Option<Instant>>,
@@ -56,6 +59,7 @@ impl DeviceShared {
             chunk: AtomicU64::new(1 << 20),
             grain: 0,
             backing: Mutex::new(Backing::Disk),
+            lookup: AtomicU64::new(0),
             waiting: Mutex::new(None),
         }
     }
