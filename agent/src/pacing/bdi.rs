@@ -225,6 +225,17 @@ impl Bdi {
                 tracing::info!(bdi, "pacing off: bdi limits restored");
                 None
             }
+            // A restore tried again finds the knobs changed: by hand, or a
+            // new device on the number.  Neither is to be restored onto,
+            // and neither makes this device's lever step aside.
+            Restore::Changed(now) if self.failing.remove(bdi) => {
+                tracing::warn!(
+                    bdi, max_ratio_fine = %now.max_ratio_fine, strict_limit = %now.strict_limit,
+                    "bdi limits changed since a restore failed: leaving them as they are"
+                );
+                let _ = self.journal.forget(bdi);
+                return;
+            }
             Restore::Changed(now) => {
                 self.step_aside(bdi, &now);
                 return;

@@ -111,7 +111,14 @@ pub struct Global {
     written: std::collections::BTreeSet<(u64, u64)>,
     /// A previous run's values were found journaled at start.
     recovered: bool,
+    /// When a failed restore was last tried again, and whether that was
+    /// said.
+    retried: Option<std::time::Instant>,
+    retried_logged: bool,
 }
+
+/// How often a restore that failed is tried again.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Global {
     pub fn new() -> Self {
@@ -134,6 +141,8 @@ impl Global {
             seen_original: None,
             written: Default::default(),
             recovered: false,
+            retried: None,
+            retried_logged: false,
         };
         me.recover();
         me
@@ -251,6 +260,8 @@ impl Global {
     pub fn tick(&mut self) {
         if !self.journal.contains(KEY) {
             self.undo_written_back();
+        } else if self.budgets.is_empty() && !self.hands_off {
+            self.retry_restore();
         }
         if self.budgets.is_empty() || self.hands_off {
             return;
@@ -349,6 +360,24 @@ impl Global {
         self.written.insert((after.dirty_bytes, after.background_bytes));
         self.limit = want;
         done
+    }
+
+    /// A restore that failed, tried again once a second (its entry stays
+    /// journaled meanwhile, for the next start too); said once.
+    fn retry_restore(&mut self) {
+        let now = std::time::Instant::now();
+        if self.retried.is_some_and(|t| now.duration_since(t) < RETRY) {
+            return;
+        }
+        self.retried = Some(now);
+        match self.restore() {
+            Ok(()) => (self.retried, self.retried_logged) = (None, false),
+            Err(e) if self.retried_logged => tracing::debug!(error = %format!("{e:#}"), "global dirty limits"),
+            Err(e) => {
+                self.retried_logged = true;
+                tracing::warn!(error = %format!("{e:#}"), "could not restore the global dirty limits: tried again every second");
+            }
+        }
     }
 
     /// Puts the administrator's values back, if they still hold the agent's.

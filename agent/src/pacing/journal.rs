@@ -177,7 +177,17 @@ impl<K: Knobs> Journal<K> {
         }
         match self.knobs.write(key, &e.original) {
             Ok(()) => Restore::Done,
-            Err(err) => Restore::Failed(err),
+            Err(err) => {
+                // What the knobs hold now is the agent's doing, as after
+                // `set`: kept as its mark, so that a change by someone
+                // else (or a new device on the number) is still told
+                // from it at the next try.
+                if let Ok(now) = self.knobs.read(key) {
+                    self.entries.insert(key.to_owned(), Entry { original: e.original, ours: Some(K::mark(&now)) });
+                    let _ = self.save();
+                }
+                Restore::Failed(err)
+            }
         }
     }
 

@@ -300,4 +300,16 @@ fn a_restore_that_fails_stays_journaled_and_is_tried_again() {
     assert_eq!(fs_.get("strict_limit"), "0");
     assert!(!p.is_paced("7:0"));
     assert!(!fs_.journaled());
+    // A failing restore whose knobs someone changes meanwhile is left: not
+    // written over at the next try, and the device may be paced again.
+    assert!(p.pace("7:0", 100 << 20).unwrap());
+    fs::remove_file(&knob).unwrap();
+    std::os::unix::fs::symlink(&ours, &knob).unwrap();
+    p.release("7:0");
+    assert!(p.is_paced("7:0"));
+    fs_.set("max_ratio_fine", "500000");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    p.tick();
+    assert_eq!(fs_.get("max_ratio_fine"), "500000", "the administrator's change was written over");
+    assert!(!p.is_paced("7:0") && !p.stepped_aside("7:0"));
 }
