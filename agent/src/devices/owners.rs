@@ -142,3 +142,31 @@ impl Lookup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lookup answers only for the device's latest, and only while the
+    /// device is still layered: an older one (a loop number's previous
+    /// image, root's) must not undo what the newer one found.
+    #[test]
+    fn only_the_latest_lookup_answers() {
+        let shared = Arc::new(DeviceShared::for_tests());
+        *shared.backing.lock().unwrap() = Backing::Layered { fuse: false };
+        let lookup = |generation| Lookup {
+            bdi: "7:0".into(),
+            name: "loop0".into(),
+            dev: "7:0".into(),
+            shared: shared.clone(),
+            generation,
+        };
+        shared.lookup.store(2, Relaxed);
+        lookup(1).answer(0);
+        assert_eq!(shared.backing(), Backing::Layered { fuse: false }, "an older lookup answered");
+        lookup(2).answer(1000);
+        assert_eq!(shared.backing(), Backing::UserLoop { user: 1000 });
+        lookup(2).answer(0);
+        assert_eq!(shared.backing(), Backing::UserLoop { user: 1000 }, "a class found is not found again");
+    }
+}

@@ -30,8 +30,10 @@ struct Queue {
     full_logged: bool,
     /// When it was last given a batch.
     last: Instant,
-    /// Its device's speed is a user's to set (DeviceShared::user_made).
-    user_made: bool,
+    /// Its device: whether a user sets its speed (DeviceShared::
+    /// user_made) is asked when threads are counted, not once at the
+    /// start (a layered device is a user's until its owner is known).
+    device: Arc<DeviceShared>,
     /// Streams' files it opened and has not closed (job::Home).
     held: Arc<AtomicUsize>,
 }
@@ -92,7 +94,7 @@ impl Flushers {
     pub fn submit(&mut self, bdi: &str, device: &Arc<DeviceShared>, batch: Batch) {
         let n = batch.flushes.len();
         if !self.devices.contains_key(bdi) {
-            let user_threads = self.devices.values().filter(|q| q.user_made).count();
+            let user_threads = self.devices.values().filter(|q| q.device.user_made()).count();
             if device.user_made() && user_threads >= USER_DEVICE_THREADS {
                 return left_to_kernel(&self.counters, ErrorKind::NoThread, n, &mut self.user_threads_logged, || {
                     tracing::warn!(
@@ -144,7 +146,7 @@ impl Flushers {
         let mut submitter = Submitter::new(device.clone(), self.counters.clone(), self.stopping.clone(), held.clone());
         let drained = backlog.clone();
         let handle = thread::Builder::new().name(format!("flush-{bdi}")).spawn(move || submitter.run(rx, &drained))?;
-        Ok(Queue { tx, handle, backlog, full_logged: false, last: Instant::now(), user_made: device.user_made(), held })
+        Ok(Queue { tx, handle, backlog, full_logged: false, last: Instant::now(), device: device.clone(), held })
     }
 
     /// Whether the device has a flusher thread.
@@ -229,7 +231,7 @@ mod tests {
                 backlog,
                 full_logged: false,
                 last: Instant::now(),
-                user_made: false,
+                device: Arc::new(DeviceShared::for_tests()),
                 held: Default::default(),
             };
             f.devices.insert(format!("hung{d}"), q);
@@ -266,7 +268,7 @@ mod tests {
                 backlog: backlog.clone(),
                 full_logged: false,
                 last: Instant::now(),
-                user_made: false,
+                device: Arc::new(DeviceShared::for_tests()),
                 held: Default::default(),
             },
         );
