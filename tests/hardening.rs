@@ -56,6 +56,21 @@ fn status_answers(daemon: &Daemon, within: Duration) -> Result<bool> {
     Ok(status_within(daemon, within)?.is_some())
 }
 
+/// `wbctl status` asked every half second for `time`, each given 2 s: how
+/// many answers came, and when the first went unanswered (None: none).
+fn asked_for(daemon: &Daemon, time: Duration) -> Result<(u32, Option<Duration>)> {
+    let t0 = Instant::now();
+    let mut answered = 0;
+    while t0.elapsed() < time {
+        if !status_answers(daemon, Duration::from_secs(2))? {
+            return Ok((answered, Some(t0.elapsed())));
+        }
+        answered += 1;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok((answered, None))
+}
+
 /// `wbctl status` against the daemon, as root: its answer, if it came
 /// within `within`.
 fn status_within(daemon: &Daemon, within: Duration) -> Result<Option<String>> {
@@ -142,17 +157,7 @@ fn a_close_that_never_returns_stalls_nothing() -> Result<()> {
     let daemon = Daemon::start_with_policy(POLICY)?;
     let mut fuse = RootFuse::spawn(FUSE_NOFLUSH, &["32"])?;
     await_line(&mut fuse.server, "done")?;
-    let t0 = Instant::now();
-    let mut answered = 0;
-    let mut silent = None;
-    while t0.elapsed() < Duration::from_secs(5) {
-        if !status_answers(&daemon, Duration::from_secs(2))? {
-            silent = Some(t0.elapsed());
-            break;
-        }
-        answered += 1;
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let (answered, silent) = asked_for(&daemon, Duration::from_secs(5))?;
     // The server's death fails the FLUSH still waiting, so that the daemon
     // can stop.
     drop(fuse);
@@ -183,15 +188,7 @@ fn a_loop_devices_backing_path_that_never_answers_stalls_nothing() -> Result<()>
     run(Command::new("dd")
         .args(["if=/dev/zero", "bs=1M", "count=32", "status=none"])
         .arg(format!("of={}", device.0.display())))?;
-    let t0 = Instant::now();
-    let mut silent = None;
-    while t0.elapsed() < Duration::from_secs(5) {
-        if !status_answers(&daemon, Duration::from_secs(2))? {
-            silent = Some(t0.elapsed());
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let (_, silent) = asked_for(&daemon, Duration::from_secs(5))?;
     let status = status_within(&daemon, Duration::from_secs(2))?.unwrap_or_default();
     drop(device);
     // The server's death fails the LOOKUP still waiting: a LOOKUP the server
