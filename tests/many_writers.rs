@@ -23,9 +23,13 @@ const EACH_MIB: u64 = 12;
 /// what its last balance_dirty_pages allowed it before the kernel throttles
 /// it.  With 100 x 8 MiB the device held 126-337 MiB at its peak (bench,
 /// ext4, xfs, btrfs; this test 159-262 MiB on ext4 in five runs), without
-/// the daemon 752-799.  Twice the goal, so that CI's runs do not trip on
-/// the burst's spread.
-const BOUND: u64 = 4 * RATE;
+/// the daemon 752-799.  This test's own spread is wider: 212-538 MiB with
+/// the daemon in fifteen runs here (2026-12-07, the daemon before and
+/// after that day's change alike; the one before reached 444 against a
+/// bound of 400), 1031-1170 without it.  Three times the goal: still well
+/// under what the device holds when the daemon does not see these writers
+/// (1.1 GiB, as without it).
+const BOUND: u64 = 6 * RATE;
 
 /// `n` dd processes at once, `mib` each, into `dir`; the device's peak
 /// dirty + writeback while they run and the seconds to `sync` done.

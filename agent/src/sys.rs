@@ -183,6 +183,47 @@ pub fn walk_plain(root: &OwnedFd, rel: &[u8]) -> Option<OwnedFd> {
     path_at(dir.as_ref().unwrap_or(root), last, 0).ok()
 }
 
+/// What `rel` names beneath the directory `root`, as `walk_plain` would
+/// find it, from the dentry cache alone: openat2 with RESOLVE_CACHED (5.12
+/// and later) asks no filesystem and triggers no automount, so a thread
+/// that must never wait may ask it.  No symlink nor magic link is followed
+/// (the last name is opened as itself, O_PATH|O_NOFOLLOW).  Err(None): not
+/// all of the path is cached, or openat2 is refused (Debian 12's systemd
+/// 252 answers ENOSYS in the unit, see open_beneath): it is to be walked.
+/// Err(Some): what the cache says for sure (no such name, a symlink).
+pub fn open_cached(root: &OwnedFd, rel: &[u8]) -> Result<OwnedFd, Option<io::Error>> {
+    /// struct open_how (libc's is not to be built outside it).
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    if plain_names(rel).is_none() {
+        return Err(Some(io::Error::from_raw_os_error(libc::EINVAL)));
+    }
+    let path = CString::new(rel).map_err(|_| Some(io::Error::from_raw_os_error(libc::EINVAL)))?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_CACHED,
+    };
+    let raw = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if raw < 0 {
+        let e = io::Error::last_os_error();
+        return Err(matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)).then_some(e));
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(raw as RawFd) })
+}
+
 /// A directory opened O_PATH (nothing of it read).
 pub fn open_dir(path: &CStr) -> io::Result<OwnedFd> {
     let raw = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };

@@ -1,8 +1,10 @@
 //! The owner lookups of layered devices (backing::owner).  The intake
 //! thread, which drains events, answers `wbctl` and pings the watchdog,
-//! touches no filesystem: it asks sysfs alone, which settles a device with
-//! no loop device under it (dm over a disk: a LUKS or LVM root) at once.
-//! A loop device's backing path is walked on a thread of its own: a user
+//! touches no filesystem: it asks sysfs, and the dentry cache for a loop
+//! device's backing path (owner::walk_cached), which settles a device
+//! with no loop device under it (dm over a disk: a LUKS or LVM root), and
+//! one over a file whose path is cached, at once.  Otherwise the path is
+//! walked on a thread of its own: a user
 //! may have made that path cross a FUSE server of theirs that never answers
 //! a LOOKUP (measured: `wbctl status` got no answer for as long as the
 //! server held it, when the walk was the intake thread's).  Until its
@@ -21,10 +23,7 @@ use std::{
 
 use super::DeviceShared;
 use crate::{
-    backing::{
-        Backing,
-        owner::{self, Found},
-    },
+    backing::{Backing, owner},
     status::printable,
 };
 
@@ -70,9 +69,12 @@ impl OwnerLookups {
     pub(super) fn start(&mut self, bdi: &str, name: &str, dev: String, shared: &Arc<DeviceShared>) {
         let generation = shared.lookup.fetch_add(1, Relaxed) + 1;
         let lookup = Lookup { bdi: bdi.into(), name: name.into(), dev, shared: shared.clone(), generation };
-        match owner::owner(Path::new("/sys"), &lookup.dev, &|_: &str| Found::NotWalked) {
+        match owner::owner(Path::new("/sys"), &lookup.dev, &owner::walk_cached) {
             Some(owner) => lookup.answer(owner),
-            None if self.running.load(Relaxed) < LOOKUPS => self.spawn(lookup),
+            None if self.running.load(Relaxed) < LOOKUPS => {
+                tracing::debug!(bdi, "what is under the device is walked on a thread");
+                self.spawn(lookup)
+            }
             None if self.queued.len() < QUEUED => self.queued.push_back(lookup),
             None => {
                 if !std::mem::replace(&mut self.full_logged, true) {
