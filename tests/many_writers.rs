@@ -68,8 +68,9 @@ fn a_hundred_writers_within_their_bursts_are_bounded_by_the_device() -> Result<(
         held.dirty_wb / MIB,
         held.dirty / MIB
     );
+    // Without the daemon it held 1031-1170 MiB in fifteen runs.
     assert!(
-        default.dirty_wb > 2 * BOUND,
+        default.dirty_wb > BOUND * 3 / 2,
         "without the daemon the device held {} MiB: the test shows nothing",
         default.dirty_wb / MIB
     );
