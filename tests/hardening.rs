@@ -17,6 +17,7 @@ const POLICY: &str = "window = \"1MiB\"\nburst = \"1MiB\"\n";
 const SWAP_FD: &str = include_str!("attacks/swap_fd.py");
 const WATCH_OPENS: &str = include_str!("attacks/watch_opens.py");
 const CHURN_STREAMS: &str = include_str!("attacks/churn_streams.py");
+const PUNCH_WINDOWS: &str = include_str!("attacks/punch_windows.py");
 
 /// A python script run as nobody.
 fn nobody_python(script: &str) -> Command {
@@ -354,6 +355,50 @@ fn a_trickle_of_closes_does_not_keep_a_device_paced() -> Result<()> {
     let log = daemon.stop()?;
     println!("paced until {paced_until:?} after the burst, with a 1-byte close every second");
     assert!(paced_until < Duration::from_secs(8), "closes kept the device paced {paced_until:?}:\n{log}");
+    Ok(())
+}
+
+/// Another user's tiny files cap a fast disk: root streams to a disk that
+/// keeps up (2.8 GB/s, the writer at 300 MB/s, so it is left uncapped),
+/// and a user, past their burst, then closes a one-byte file every 100 ms.
+/// Small files are the kernel's to write in bulk under a cap (devices::
+/// SMALL_FILES), so any writer of them counted while the disk was busy, and
+/// the trickle capped root's disk at once.  Now only a writer that itself
+/// dirties a sixteenth of the device's bandwidth counts as one of small
+/// files.
+#[test]
+fn another_users_trickle_of_tiny_files_leaves_a_fast_disk_uncapped() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::uncapped(3072)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let knobs = BdiKnobs::of(&fs)?;
+    let original = knobs.values();
+    let daemon = Daemon::start()?;
+    let _root = Background::sh(&format!("head -c 2400M /dev/zero | pv -qL 300m > {}", fs.path("stream").display()))?;
+    // Known fast, and left uncapped while its writeback keeps up.
+    let t0 = Instant::now();
+    wait_until("the disk known fast and uncapped", Duration::from_secs(5), || {
+        Ok(t0.elapsed() > Duration::from_secs(2) && knobs.values() == original)
+    })?;
+    let trickle = "import os,sys,time\nd=sys.argv[1]\n\
+                   fd=os.open(d+'/burst',os.O_WRONLY|os.O_CREAT,0o644); os.write(fd,b'b'*(20<<20)); os.close(fd)\n\
+                   for i in range(40):\n    time.sleep(0.1)\n    \
+                   fd=os.open(f'{d}/t{i}',os.O_WRONLY|os.O_CREAT,0o644); os.write(fd,b't'); os.close(fd)\n";
+    let mut w = Background::spawn(nobody_python(trickle).arg(&dir))?;
+    let t1 = Instant::now();
+    let mut capped = 0;
+    while t1.elapsed() < Duration::from_secs(4) {
+        capped += (knobs.values() != original) as u32;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    w.wait()?;
+    let log = daemon.stop()?;
+    let small = log.lines().filter(|l| l.contains("a writer of small files")).count();
+    println!(
+        "known fast and uncapped after {:?}; during the trickle capped at {capped} of 40 samples, {small} caps for small files",
+        t1 - t0
+    );
+    assert_eq!(small, 0, "another user's one-byte files capped the disk:\n{log}");
     Ok(())
 }
 
@@ -927,5 +972,51 @@ fn a_flood_faster_than_the_agent_leaves_it_answering() -> Result<()> {
     assert!(longest < PATIENCE, "the watchdog went {longest:?} without a ping from a busy daemon");
     assert!(late > 0, "the agent shed no close under the flood:\n{log}");
     assert!(lag < 1000, "events waited up to {lag} ms in the ring behind the flood");
+    Ok(())
+}
+
+/// A user makes windows whose writeback "completes" at once: each 1 MiB
+/// written is punched out (FALLOC_FL_PUNCH_HOLE) right after, so by the
+/// time the agent flushes the window its pages are gone, and the range
+/// counted as written in no time.  Beside root's dd on a 30 MiB/s disk,
+/// that raised the disk's estimate to 48-60 MiB/s within 5-7 s, and so
+/// its windows and dirty budget (and one sample marked a disk fast for
+/// good).  Now a sample is no more than the device's own count of bytes
+/// written says, and a disk is fast only once three samples show it.
+#[test]
+fn a_users_punched_out_windows_do_not_inflate_a_disks_bandwidth() -> Result<()> {
+    require_root();
+    let fs = Mounted::new(LoopDevice::throttled(2048, 30 << 20)?, "ext4")?;
+    let dir = fs.nobodys_dir("nobody")?;
+    let bdi = fs.bdi()?;
+    let daemon = Daemon::start_with_policy(POLICY)?;
+    let _root =
+        Background::sh(&format!("dd if=/dev/zero of={} bs=1M count=1500 status=none", fs.path("dd").display()))?;
+    let estimate = || -> Result<f64> {
+        let text = status_within(&daemon, Duration::from_secs(5))?.unwrap_or_default();
+        let line = text.lines().find(|l| l.split_whitespace().next() == Some(bdi.as_str()));
+        let mib = line.and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok());
+        Ok(mib.unwrap_or(0.0))
+    };
+    // A loop number's kernel estimate outlives its last user: converged first.
+    wait_until(
+        "the disk's estimate near 30 MiB/s",
+        Duration::from_secs(30),
+        || Ok((1.0..40.0).contains(&estimate()?)),
+    )?;
+    let before = estimate()?;
+    let mut w = Background::spawn(nobody_python(PUNCH_WINDOWS).arg(&dir).arg("10").stdout(Stdio::piped()))?;
+    let mut highest: f64 = 0.0;
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_secs(1));
+        highest = highest.max(estimate()?);
+    }
+    w.wait()?;
+    let mut punched = String::new();
+    w.0.stdout.take().context("stdout")?.read_to_string(&mut punched)?;
+    let log = daemon.stop()?;
+    println!("estimate {before:.1} MiB/s before, at most {highest:.1} while nobody punched out {} MiB", punched.trim());
+    assert!(highest < 45.0, "a 30 MiB/s disk was estimated at {highest:.1} MiB/s:\n{log}");
+    assert!(!log.contains("the device is fast"), "{log}");
     Ok(())
 }

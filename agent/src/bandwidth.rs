@@ -38,9 +38,19 @@ pub struct Estimator {
     initial: f64,
     /// The kernel's estimate, once it has left its initial value.
     kernel: Option<f64>,
-    /// The fastest of the agent's samples (bytes per second).
-    fastest: f64,
+    /// The agent's FAST_EVIDENCE fastest samples (bytes per second),
+    /// fastest first.
+    fastest: [f64; FAST_EVIDENCE],
 }
+
+/// What a device has shown it can write is the slowest of this many of the
+/// agent's fastest samples: no single one marks a disk fast.  A sample is
+/// at least MIN_SAMPLE of busy time, and on a block device no more than
+/// the device itself counted as written (Sampler::completed): a user
+/// who punches out each window they write before the agent flushes it
+/// makes ranges that "complete" at once, and raised a 30 MiB/s disk's
+/// estimate to 60 MiB/s within three seconds (hardening's phantom windows).
+const FAST_EVIDENCE: usize = 3;
 
 impl Estimator {
     /// `initial` bytes per second until something is measured.
@@ -52,7 +62,7 @@ impl Estimator {
             slow_start: true,
             initial: initial as f64,
             kernel: None,
-            fastest: 0.0,
+            fastest: [0.0; FAST_EVIDENCE],
         }
     }
 
@@ -64,7 +74,10 @@ impl Estimator {
             return;
         }
         let rate = bytes as f64 / secs;
-        self.fastest = self.fastest.max(rate);
+        if let Some(i) = self.fastest.iter().position(|&f| rate > f) {
+            self.fastest[i..].rotate_right(1);
+            self.fastest[i] = rate;
+        }
         let prev = self.estimate() as f64;
         let was_slow = self.slow_start;
         self.own = Some(match self.own {
@@ -111,14 +124,14 @@ impl Estimator {
     }
 
     /// What the device has shown it can write: the estimate, or the
-    /// fastest of the agent's samples (each at least MIN_SAMPLE of busy
-    /// time, which no cache in front of a slow stick sustains at a fast
-    /// disk's rate) if that is more.  The estimate lags behind a fast disk:
+    /// slowest of the agent's FAST_EVIDENCE fastest samples (each at least
+    /// MIN_SAMPLE of busy time, which no cache in front of a slow stick
+    /// sustains at a fast disk's rate) if that is more.  The estimate lags behind a fast disk:
     /// the kernel's stood at 0.25-1.1 GB/s for a raw device that writes 2.8
     /// after a 3.6 GiB copy, and slow start doubles it at most once a
     /// sample.  Whether a device is fast, and a fast one's cap, go by this.
     pub fn capacity(&self) -> u64 {
-        (self.estimate() as f64).max(self.fastest) as u64
+        (self.estimate() as f64).max(self.fastest[FAST_EVIDENCE - 1]) as u64
     }
 
     /// Whether the agent has timed writeback of its own here: the kernel's
@@ -129,11 +142,21 @@ impl Estimator {
 }
 
 /// Pools completions into samples of at least MIN_SAMPLE of busy time and
-/// MIN_SAMPLE_BYTES, and counts only time with something in flight.
+/// MIN_SAMPLE_BYTES, and counts only time with something in flight.  On a
+/// device that counts what it writes (a block device's stat), a sample is
+/// no more than the device wrote while the agent had something in flight:
+/// a range whose pages are gone before its writeback "completes" at once
+/// (FAST_EVIDENCE says how a user made such ranges).
 #[derive(Debug, Default)]
 pub struct Sampler {
     bytes: u64,
     busy: Duration,
+    /// What the device wrote while the agent was busy, pooled; None once a
+    /// busy period was not counted (no counter, or its start unread).
+    device: Option<u64>,
+    counted: bool,
+    /// The device's count when the busy period under way began.
+    from: Option<u64>,
 }
 
 const MIN_SAMPLE: Duration = Duration::from_millis(200);
@@ -146,18 +169,47 @@ const MIN_SAMPLE: Duration = Duration::from_millis(200);
 const MIN_SAMPLE_BYTES: u64 = 256 << 10;
 
 impl Sampler {
-    /// A range of `bytes` completed after `busy` of device time: a sample
-    /// once enough has accumulated.  Busy time that pooled less than
+    /// A range went in flight with nothing else in flight: a busy period
+    /// begins, the device having written `written` bytes so far (None: it
+    /// does not count them).
+    pub fn busy_from(&mut self, written: Option<u64>) {
+        self.from = written;
+    }
+
+    /// A range of `bytes` completed after `busy` of device time (`idle`:
+    /// nothing else is in flight now): a sample once enough has
+    /// accumulated.  `written` reads the device's count, at the end of a
+    /// busy period or of a sample.  Busy time that pooled less than
     /// MIN_SAMPLE_BYTES is dropped: a device slower than 1.3 MiB/s is left
     /// to the kernel's estimate.
-    pub fn completed(&mut self, bytes: u64, busy: Duration) -> Option<(u64, Duration)> {
+    pub fn completed(
+        &mut self,
+        bytes: u64,
+        busy: Duration,
+        idle: bool,
+        written: impl FnOnce() -> Option<u64>,
+    ) -> Option<(u64, Duration)> {
+        if self.bytes == 0 && self.busy.is_zero() {
+            self.counted = true;
+        }
         self.bytes += bytes;
         self.busy += busy;
-        if self.busy < MIN_SAMPLE {
+        let boundary = self.busy >= MIN_SAMPLE;
+        if idle || boundary {
+            let now = written();
+            match (self.from, now) {
+                (Some(from), Some(now)) => *self.device.get_or_insert(0) += now.saturating_sub(from),
+                _ => self.counted = false,
+            }
+            self.from = if idle { None } else { now };
+        }
+        if !boundary {
             return None;
         }
-        let pooled = (std::mem::take(&mut self.bytes), std::mem::take(&mut self.busy));
-        (pooled.0 >= MIN_SAMPLE_BYTES).then_some(pooled)
+        let (agent, busy) = (std::mem::take(&mut self.bytes), std::mem::take(&mut self.busy));
+        let device = self.device.take().filter(|_| std::mem::take(&mut self.counted));
+        let bytes = device.map_or(agent, |d| agent.min(d));
+        (bytes >= MIN_SAMPLE_BYTES).then_some((bytes, busy))
     }
 }
 
@@ -293,9 +345,16 @@ mod tests {
         e.kernel(250 << 20);
         e.sample(560 * MIB, Duration::from_millis(200));
         assert_eq!(e.estimate(), 500 << 20, "slow start: twice the kernel's estimate");
-        assert_eq!(e.capacity(), 2800 * MIB, "what it wrote in 200 ms of busy time");
+        assert_eq!(e.capacity(), 500 << 20, "one sample is no evidence");
+        e.sample(600 * MIB, Duration::from_millis(200));
+        e.sample(580 * MIB, Duration::from_millis(200));
+        assert_eq!(e.capacity(), 2800 * MIB, "the slowest of three in 200 ms of busy time each");
+        e.sample(100 * MIB, Duration::from_millis(200));
+        assert_eq!(e.capacity(), 2800 * MIB, "a slow sample later takes nothing away");
         let mut stick = Estimator::new(2 * MIB);
-        stick.sample(30 * MIB, Duration::from_secs(1));
+        for _ in 0..FAST_EVIDENCE {
+            stick.sample(30 * MIB, Duration::from_secs(1));
+        }
         assert_eq!(stick.capacity(), 30 * MIB, "a stick shows no more than it is");
     }
 
@@ -408,9 +467,34 @@ mod tests {
     #[test]
     fn idle_time_is_not_a_sample() {
         let mut s = Sampler::default();
-        assert_eq!(s.completed(MIB, Duration::from_millis(10)), None);
-        assert_eq!(s.completed(4 * MIB, Duration::from_millis(190)), Some((5 * MIB, Duration::from_millis(200))));
-        assert_eq!(s.completed(MIB, Duration::ZERO), None);
+        assert_eq!(s.completed(MIB, Duration::from_millis(10), false, || None), None);
+        assert_eq!(
+            s.completed(4 * MIB, Duration::from_millis(190), false, || None),
+            Some((5 * MIB, Duration::from_millis(200)))
+        );
+        assert_eq!(s.completed(MIB, Duration::ZERO, false, || None), None);
+    }
+
+    /// A range whose pages were punched out before its writeback counts
+    /// the bytes it names, in no time: the device's own count says what
+    /// was written.
+    #[test]
+    fn a_sample_is_no_more_than_the_device_counted_while_busy() {
+        let mut s = Sampler::default();
+        s.busy_from(Some(1000 * MIB));
+        assert_eq!(s.completed(6 * MIB, Duration::from_millis(190), false, || panic!("not read mid-sample")), None);
+        // 500 MiB of phantom ranges in 10 ms; the device wrote 6 MiB.
+        let sample = s.completed(500 * MIB, Duration::from_millis(10), false, || Some(1006 * MIB));
+        assert_eq!(sample, Some((6 * MIB, Duration::from_millis(200))));
+        // Idle between busy periods: what others wrote then is not counted.
+        assert_eq!(s.completed(2 * MIB, Duration::from_millis(100), true, || Some(1008 * MIB)), None);
+        s.busy_from(Some(1500 * MIB));
+        let sample = s.completed(3 * MIB, Duration::from_millis(100), true, || Some(1503 * MIB));
+        assert_eq!(sample, Some((5 * MIB, Duration::from_millis(200))));
+        // No counter (btrfs's own bdi, a network filesystem): as before.
+        s.busy_from(None);
+        let sample = s.completed(300 * MIB, Duration::from_millis(200), true, || None);
+        assert_eq!(sample, Some((300 * MIB, Duration::from_millis(200))));
     }
 
     /// One-byte files' writeback is latency: no sample, however long it
@@ -419,10 +503,10 @@ mod tests {
     fn a_trickle_of_tiny_writes_is_no_sample() {
         let mut s = Sampler::default();
         for _ in 0..100 {
-            assert_eq!(s.completed(1, Duration::from_millis(28)), None);
+            assert_eq!(s.completed(1, Duration::from_millis(28), false, || None), None);
         }
         // At most MIN_SAMPLE of latency pooled before the next real one.
-        let sample = (0..8).find_map(|_| s.completed(MIB, Duration::from_millis(30)));
+        let sample = (0..8).find_map(|_| s.completed(MIB, Duration::from_millis(30), false, || None));
         let (bytes, busy) = sample.expect("a real sample");
         assert!(bytes as f64 / busy.as_secs_f64() > 4.0 * MIB as f64, "{bytes} bytes in {busy:?}");
     }

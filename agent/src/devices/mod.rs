@@ -215,6 +215,7 @@ impl Devices {
                     backing: Mutex::new(Backing::Disk),
                     lookup: AtomicU64::new(0),
                     waiting: Mutex::new(None),
+                    stat: Some(std::path::PathBuf::from(format!("/sys/dev/block/{bdi}/stat"))).filter(|p| p.exists()),
                 }),
                 sb_devs: HashSet::new(),
                 mounted_as: HashMap::new(),

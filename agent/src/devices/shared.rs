@@ -31,6 +31,9 @@ pub struct DeviceShared {
     /// Since when its flusher thread has been in one call that may block
     /// (an open, starting writeback, waiting for it); None between calls.
     pub(super) waiting: Mutex<Option<Instant>>,
+    /// Its count of bytes written (/sys/dev/block/<bdi>/stat), where it is
+    /// a block device.
+    pub(super) stat: Option<std::path::PathBuf>,
 }
 
 /// A device whose flusher thread has been in one call this long is shown
@@ -61,6 +64,7 @@ impl DeviceShared {
             backing: Mutex::new(Backing::Disk),
             lookup: AtomicU64::new(0),
             waiting: Mutex::new(None),
+            stat: None,
         }
     }
 
@@ -113,6 +117,12 @@ impl DeviceShared {
     /// What the flusher submits at a time, and so keeps in flight.
     pub fn chunk(&self) -> u64 {
         self.chunk.load(Relaxed)
+    }
+
+    /// The bytes the device has written since it appeared, where it counts
+    /// them (a block device).
+    pub fn written(&self) -> Option<u64> {
+        crate::bdis::block_stat_written(&std::fs::read_to_string(self.stat.as_ref()?).ok()?)
     }
 
     /// The flusher measured `bytes` written in `busy` of device time.

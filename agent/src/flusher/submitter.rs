@@ -177,6 +177,10 @@ impl Submitter {
             let mut at = job.start;
             while at < job.end {
                 let to = job.end.min(at + chunk);
+                if self.in_flight.is_empty() && pending == 0 {
+                    // Before the first byte of a busy period is written.
+                    self.sampler.busy_from(self.device.written());
+                }
                 let waiting = self.device.waiting();
                 let started = crate::sys::sync_file_range(file.as_raw_fd(), at, to, libc::SYNC_FILE_RANGE_WRITE);
                 drop(waiting);
@@ -268,7 +272,8 @@ impl Submitter {
             let done = Instant::now();
             let busy_from = self.last_done.map_or(f.submitted, |t| t.max(f.submitted));
             self.last_done = Some(done);
-            if let Some((bytes, busy)) = self.sampler.completed(f.bytes, done - busy_from) {
+            let (idle, device) = (self.in_flight.is_empty(), &self.device);
+            if let Some((bytes, busy)) = self.sampler.completed(f.bytes, done - busy_from, idle, || device.written()) {
                 self.device.sample(bytes, busy);
             }
         }
