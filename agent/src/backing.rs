@@ -34,6 +34,10 @@ pub enum Backing {
     Network,
     /// An SMB share the administrator mounted (a network filesystem).
     Smb,
+    /// A network filesystem whose server a user picked: autofs mounts the
+    /// exports of any host a user names under a `-hosts` map (`ls
+    /// /net/myhost` mounts myhost's), so the user sets its speed.
+    UserNetwork,
     /// A FUSE filesystem; `user`: the uid of whoever runs its server (0
     /// for one root mounted: ntfs-3g from udisks, a system sshfs).
     Fuse { user: u32 },
@@ -72,6 +76,9 @@ impl Backing {
             }
             return (Self::Fuse { user: user.unwrap_or(u32::MAX) }, None);
         }
+        if NETWORK.contains(&m.fstype.as_str()) && hosts_map_under(&m.mount_point, mounts) {
+            return (Self::UserNetwork, None);
+        }
         if SMB.contains(&m.fstype.as_str()) {
             return (Self::Smb, None);
         }
@@ -104,13 +111,13 @@ impl Backing {
         match self {
             Self::Disk | Self::Network | Self::Smb => false,
             Self::Fuse { user } => user != 0,
-            Self::UserLoop { .. } | Self::Unlisted | Self::Layered { .. } => true,
+            Self::UserLoop { .. } | Self::Unlisted | Self::Layered { .. } | Self::UserNetwork => true,
         }
     }
 
     /// Whether a network filesystem is behind it (NFS, SMB, ...).
     pub fn network(self) -> bool {
-        matches!(self, Self::Network | Self::Smb)
+        matches!(self, Self::Network | Self::Smb | Self::UserNetwork)
     }
 
     /// Whether pacing it through the global limit (kernels before 6.2)
@@ -132,6 +139,7 @@ impl Backing {
             Self::Disk => "disk".into(),
             Self::Network => "network".into(),
             Self::Smb => "network (smb)".into(),
+            Self::UserNetwork => "network (a server a user picked: autofs -hosts)".into(),
             Self::Fuse { user: 0 } => "fuse (root's)".into(),
             Self::Fuse { user } => format!("fuse (uid {user}'s)"),
             Self::UserLoop { user: owner::UNKNOWN } => "loop (a file whose owner is not known)".into(),
@@ -140,6 +148,17 @@ impl Backing {
             Self::Layered { .. } => "layered (what is under it being looked up)".into(),
         }
     }
+}
+
+/// Whether `mount_point` lies beneath an autofs mount of the `-hosts`
+/// map (mountinfo's source is the map's name), where whoever names a
+/// host mounts its exports.
+fn hosts_map_under(mount_point: &str, mounts: &[MountInfo]) -> bool {
+    mounts.iter().any(|a| {
+        a.fstype == "autofs"
+            && a.source == "-hosts"
+            && mount_point.strip_prefix(a.mount_point.as_str()).is_some_and(|rest| rest.starts_with('/'))
+    })
 }
 
 #[cfg(test)]
@@ -205,5 +224,32 @@ mod tests {
         assert_eq!(Backing::of("0:61-fuseblk", "8:1", &mounts, loops), (Backing::Fuse { user: 0 }, None));
         assert_eq!(Backing::of_block_device("8:0", loops), (Backing::Disk, None));
         assert_eq!(Backing::Disk.resolved(1000), Backing::Disk, "only a layered device is resolved");
+    }
+
+    /// autofs's `-hosts` map mounts whatever host a user names: its NFS
+    /// mounts are a user's.  The same server mounted by the administrator
+    /// elsewhere, or under another map, stays the administrator's.
+    #[test]
+    fn a_network_mount_under_an_autofs_hosts_map_is_a_users() {
+        let at = |dev: &str, fstype: &str, source: &str, point: &str| MountInfo {
+            mount_point: point.into(),
+            source: source.into(),
+            ..mount(dev, fstype, "rw")
+        };
+        let mounts = [
+            at("0:40", "autofs", "-hosts", "/net"),
+            at("0:41", "autofs", "-hosts", "/net/evil.example"),
+            at("0:42", "nfs4", "evil.example:/srv", "/net/evil.example/srv"),
+            at("0:43", "nfs4", "files:/home", "/home"),
+            at("0:44", "autofs", "/etc/auto.misc", "/misc"),
+            at("0:45", "nfs", "files:/data", "/misc/data"),
+            at("0:46", "nfs4", "files:/x", "/network"),
+        ];
+        let of = |sb| Backing::of("none", sb, &mounts, |_| false).0;
+        assert_eq!(of("0:42"), Backing::UserNetwork);
+        assert!(of("0:42").user_made() && of("0:42").network());
+        assert_eq!(of("0:43"), Backing::Network, "the administrator's own mount");
+        assert_eq!(of("0:45"), Backing::Network, "a map the administrator wrote");
+        assert_eq!(of("0:46"), Backing::Network, "/network is not beneath /net");
     }
 }
