@@ -41,10 +41,14 @@ pub(super) enum Holder {
     /// A user's of this uid (their FUSE server, a loop device over their
     /// file).
     User(u32),
-    /// A user's, but whose is not known: a mount in someone's namespace,
-    /// a layered device until its owner lookup answers, a file whose owner
-    /// could not be told.  All of them share one bound.
+    /// A user's, but whose is not known: a mount in someone's namespace, a
+    /// file whose owner could not be told.  All of them share one bound.
     Unknown,
+    /// A layered device (loop, dm, md) whose owner lookup has not answered
+    /// (owners.rs): counted as Unknown, but never shed itself, since it
+    /// may be root's (a loop device over a file not in the dentry cache),
+    /// and only privileged paths (losetup, udisks) make block devices.
+    Pending,
 }
 
 impl Holder {
@@ -54,10 +58,14 @@ impl Holder {
             Backing::Fuse { user } | Backing::UserLoop { user } if user != owner::UNKNOWN && user != u32::MAX => {
                 Self::User(user)
             }
-            Backing::Fuse { .. } | Backing::UserLoop { .. } | Backing::Unlisted | Backing::Layered { .. } => {
-                Self::Unknown
-            }
+            Backing::Layered { .. } => Self::Pending,
+            Backing::Fuse { .. } | Backing::UserLoop { .. } | Backing::Unlisted => Self::Unknown,
         }
+    }
+
+    /// Whose bound its record counts in.
+    fn counts_as(self) -> Self {
+        if self == Self::Pending { Self::Unknown } else { self }
     }
 
     /// After how long without an event its record is forgotten.
@@ -89,11 +97,11 @@ pub(super) enum Room<'a> {
 /// Whether a device of `new`'s, not known yet, gets a record among `held`
 /// at `now`.
 pub(super) fn room<'a>(new: Holder, held: &[Held<'a>], now: Instant) -> Room<'a> {
-    if new == Holder::Admin {
+    if new == Holder::Admin || new == Holder::Pending {
         return Room::Admit;
     }
     let users = held.iter().filter(|h| h.holder != Holder::Admin);
-    let mine = users.clone().filter(|h| h.holder == new).count();
+    let mine = users.clone().filter(|h| h.holder.counts_as() == new).count();
     let all = users.clone().count();
     if mine < PER_USER && all < ALL_USERS {
         return Room::Admit;
@@ -102,7 +110,7 @@ pub(super) fn room<'a>(new: Holder, held: &[Held<'a>], now: Instant) -> Room<'a>
     // bound and this one is not, any user's.
     let own = mine >= PER_USER;
     users
-        .filter(|h| !own || h.holder == new)
+        .filter(|h| !own || h.holder.counts_as() == new)
         .filter(|h| h.idle_ok && now.saturating_duration_since(h.last_event) >= EVICT_IDLE)
         .min_by_key(|h| h.last_event)
         .map_or(Room::Shed, |h| Room::Evict(h.bdi))
@@ -131,7 +139,8 @@ mod tests {
         assert_eq!(Holder::of(Backing::UserLoop { user: owner::UNKNOWN }), Holder::Unknown);
         assert_eq!(Holder::of(Backing::Fuse { user: u32::MAX }), Holder::Unknown);
         assert_eq!(Holder::of(Backing::Unlisted), Holder::Unknown);
-        assert_eq!(Holder::of(Backing::Layered { fuse: false }), Holder::Unknown, "until its lookup answers");
+        assert_eq!(Holder::of(Backing::Layered { fuse: false }), Holder::Pending, "until its lookup answers");
+        assert_eq!(Holder::Pending.idle(Duration::from_secs(600)), USER_IDLE);
         assert_eq!(Holder::Admin.idle(Duration::from_secs(600)), Duration::from_secs(600));
         assert_eq!(Holder::User(1).idle(Duration::from_secs(600)), USER_IDLE);
         assert_eq!(Holder::Unknown.idle(Duration::from_secs(600)), USER_IDLE);
@@ -153,6 +162,10 @@ mod tests {
         let v = held(PER_USER, Holder::Unknown, now);
         assert_eq!(room(Holder::Unknown, &view(&v), now), Room::Shed, "the unknown share one bound");
         assert_eq!(room(Holder::Admin, &[], now), Room::Admit);
+        assert_eq!(room(Holder::Pending, &view(&v), now), Room::Admit, "perhaps root's: its lookup decides");
+        let v = held(PER_USER, Holder::Pending, now);
+        assert_eq!(room(Holder::Unknown, &view(&v), now), Room::Shed, "pending lookups count as unknown");
+        assert_eq!(room(Holder::User(3), &view(&v), now), Room::Admit);
         let v = held(5000, Holder::Admin, now);
         assert_eq!(room(Holder::Admin, &view(&v), now), Room::Admit, "the administrator's are never counted");
     }
