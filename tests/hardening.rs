@@ -1020,3 +1020,85 @@ fn a_users_punched_out_windows_do_not_inflate_a_disks_bandwidth() -> Result<()> 
     assert!(!log.contains("the device is fast"), "{log}");
     Ok(())
 }
+
+/// The devices `wbctl status --json` lists: (bdi, backing, window).
+fn listed_devices(daemon: &Daemon) -> Result<Vec<(String, String, u64)>> {
+    let out = daemon.wbctl().args(["status", "--json"]).output()?;
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).context("wbctl status --json")?;
+    Ok(s["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            let text = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
+            (text("bdi"), text("backing"), d["window"].as_u64().unwrap_or(0))
+        })
+        .collect())
+}
+
+/// Every FUSE mount is a device, and a user mounts as many as they like in
+/// a user and mount namespace of their own.  Each took a record and an
+/// entry of BPF's 1,024-entry `devices` map for ten minutes after its last
+/// write, and a device first seen once the map was full got default
+/// windows, the administrator's too.  Now one user's records are bounded
+/// (devices/bound.rs: 32, those whose uid is not known, as here, together),
+/// the rest of their devices are left to the kernel, counted, and root's
+/// loop device first seen after them still gets its record and window.
+/// On the daemon before the bound, nobody's 48 mounts held 48 records.
+#[test]
+fn a_users_many_fuse_mounts_hold_a_bounded_number_of_device_records() -> Result<()> {
+    require_root();
+    const BOUND: usize = 32;
+    const MOUNTS: usize = BOUND + 16;
+    const NOBODYS: &str = "another namespace's mount";
+    let base = Scratch::new("many-fuse")?;
+    std::os::unix::fs::chown(&base.0, Some(65534), Some(65534))?;
+    // /dev/fuse is root's here; a distribution's is 0666, as this node.
+    let node = base.0.join("fuse");
+    run(Command::new("mknod").args(["-m", "0666"]).arg(&node).args(["c", "10", "229"]))?;
+    let daemon = Daemon::start()?;
+    let mut attack = Background::spawn(
+        as_nobody("unshare")
+            .args(["-rm", "--", PYTHON, "-c", FUSE_MANY])
+            .arg(&base.0)
+            .arg(MOUNTS.to_string())
+            .arg(&node)
+            .stdout(Stdio::piped()),
+    )?;
+    await_line(&mut attack.0, "done")?;
+    // Every event read: the count stays put for a second.
+    let mut last = usize::MAX;
+    wait_until("the daemon to take nobody's events", Duration::from_secs(20), || {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = listed_devices(&daemon)?.iter().filter(|d| d.1 == NOBODYS).count();
+        Ok(std::mem::replace(&mut last, now) == now)
+    })?;
+    let held = last;
+    // Root's device, first seen after nobody's: its own record and window.
+    let fs = Mounted::new(LoopDevice::new(256)?, "ext4")?;
+    let bdi = fs.bdi()?;
+    run(Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "count=48", "conv=fsync"])
+        .arg(format!("of={}", fs.path("root").display())))?;
+    let mut roots = None;
+    wait_until("root's device listed", Duration::from_secs(10), || {
+        roots = listed_devices(&daemon)?.into_iter().find(|d| d.0 == bdi);
+        Ok(roots.is_some())
+    })
+    .ok();
+    let all = listed_devices(&daemon)?.len();
+    let shed = daemon.counter("devices_shed_user").ok();
+    println!(
+        "nobody's {MOUNTS} mounts: {held} device records (bound {BOUND}), {all} devices in all; \
+         shed {shed:?}; root's device: {roots:?}"
+    );
+    assert!(held <= BOUND, "nobody holds {held} device records for {MOUNTS} mounts, past the bound of {BOUND}");
+    assert!(held >= BOUND / 2, "nobody's mounts were hardly seen ({held}): the test shows nothing");
+    let (_, backing, window) = roots.context("root's device, first seen after nobody's, got no record")?;
+    assert_eq!(backing, "disk", "root's loop device is the administrator's");
+    assert!(window > 0, "root's device has no window");
+    assert!(shed.unwrap_or(0) as usize >= MOUNTS - held, "nobody's devices shed uncounted: {shed:?}");
+    drop(attack);
+    daemon.stop()?;
+    Ok(())
+}

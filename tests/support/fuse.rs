@@ -16,6 +16,8 @@ pub const FUSE_HANG: &str = concat!(include_str!("../attacks/fuse.py"), include_
 pub const FUSE_SLOW: &str = concat!(include_str!("../attacks/fuse.py"), include_str!("../attacks/fuse_slow.py"));
 /// A disk image in memory, "img", whose LOOKUPs go unanswered after SIGUSR1.
 pub const FUSE_IMAGE: &str = concat!(include_str!("../attacks/fuse.py"), include_str!("../attacks/fuse_image.py"));
+/// Many mounts in a namespace of the user's own, each written a little.
+pub const FUSE_MANY: &str = concat!(include_str!("../attacks/fuse.py"), include_str!("../attacks/fuse_many.py"));
 /// Answers FLUSH only from its own writer.
 pub const FUSE_NOFLUSH: &str = concat!(include_str!("../attacks/fuse.py"), include_str!("../attacks/fuse_noflush.py"));
 

@@ -20,7 +20,7 @@ use anyhow::{Context, Result, bail};
 pub use cgroup::{Cgroup, V1Limit};
 pub use daemon::{Daemon, log_field, stopped_counter, wait_child};
 pub use device::{BindMount, LoopDevice, Mounted, mountinfo_dev};
-pub use fuse::{FUSE_HANG, FUSE_IMAGE, FUSE_NOFLUSH, FUSE_SLOW, PYTHON, RootFuse, await_line};
+pub use fuse::{FUSE_HANG, FUSE_IMAGE, FUSE_MANY, FUSE_NOFLUSH, FUSE_SLOW, PYTHON, RootFuse, await_line};
 pub use knob::{BdiKnobs, Knob, VmLimits};
 pub use process::{Background, cpu_secs, fio_write_fsync};
 pub use sampler::{Peak, Sample, Sampler};

@@ -38,7 +38,7 @@ fn observing_writers_get_a_would_cap_and_no_knob_is_written() {
         (status.paced_budget, status.would_budget, status.would_lever.as_str()),
         (0, d.would_budget("7:0"), "bdi")
     );
-    assert_eq!(d.pace_counts(), [("pacing_started", 0), ("would_pace", 1)]);
+    assert_eq!(d.pace_counts(), [("pacing_started", 0), ("would_pace", 1), ("devices_shed_user", 0)]);
     // An acting writer comes: paced for real, the would-cap gone.
     d.tick(&writing, &acts(&writing), false);
     assert!(d.budget("7:0") > 0 && d.would_budget("7:0") == 0);
@@ -47,7 +47,7 @@ fn observing_writers_get_a_would_cap_and_no_knob_is_written() {
     d.tick(&writing, &HashSet::new(), false);
     assert_eq!((d.budget("7:0"), knobs(&sysfs)), (0, before.clone()));
     assert!(d.would_budget("7:0") > 0);
-    assert_eq!(d.pace_counts(), [("pacing_started", 1), ("would_pace", 2)]);
+    assert_eq!(d.pace_counts(), [("pacing_started", 1), ("would_pace", 2), ("devices_shed_user", 0)]);
     d.shutdown();
     // The whole daemon observing: even acting writers' needs are a would.
     let observing = Policy { mode: crate::policy::Mode::Observe, ..Policy::embedded_default() };
@@ -88,6 +88,47 @@ fn idle_devices_are_forgotten() {
     devices.forget_idle(later, |_| false);
     assert!(!devices.knows("0:71"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An event naming bdi "0:N", superblock N (no mount lists it: another
+/// namespace's mount, a user's whose uid is not known).
+fn unlisted(n: u32) -> wb_event {
+    let mut ev = wb_event { sb_dev: n, ..Default::default() };
+    for (d, s) in ev.bdi.iter_mut().zip(format!("0:{n}").as_bytes()) {
+        *d = *s as std::ffi::c_char;
+    }
+    ev
+}
+
+/// A user's devices beyond bound::PER_USER get no record (counted); one
+/// idle for EVICT_IDLE makes room, and a user's record goes after
+/// USER_IDLE, not DEVICE_IDLE.
+#[test]
+fn a_users_devices_are_bounded() {
+    let sysfs = crate::pacing::tests::FakeSysfs::new("bound");
+    let mut d = Devices::new(Policy::embedded_default(), None, sysfs.pacer());
+    let first = 900_000;
+    for n in first..first + bound::PER_USER as u32 {
+        assert!(d.admits(&unlisted(n)), "0:{n} below the bound");
+        d.note(&unlisted(n));
+    }
+    let over = first + bound::PER_USER as u32;
+    assert!(!d.admits(&unlisted(over)) && !d.knows(&format!("0:{over}")));
+    assert!(!d.admits(&unlisted(over)), "asked again: still refused");
+    assert_eq!(d.pace_counts()[2], ("devices_shed_user", 1), "one device, counted once");
+    assert_eq!(d.devs.len(), bound::PER_USER);
+    // One written EVICT_IDLE ago makes room (the clock may be younger).
+    let Some(long_ago) = Instant::now().checked_sub(bound::EVICT_IDLE) else { return };
+    d.devs.get_mut(&format!("0:{}", first + 5)).unwrap().last_event = long_ago;
+    d.shed.clear();
+    assert!(d.admits(&unlisted(over)));
+    d.note(&unlisted(over));
+    assert!(d.knows(&format!("0:{over}")) && !d.knows(&format!("0:{}", first + 5)));
+    assert_eq!(d.devs.len(), bound::PER_USER);
+    // USER_IDLE on, every one of them is forgotten.
+    d.forget_idle(Instant::now() + bound::USER_IDLE, |_| false);
+    assert!(d.devs.is_empty());
+    d.shutdown();
 }
 
 /// A device on a fake sysfs, named by an event that says it holds

@@ -152,6 +152,11 @@ impl StreamTable {
             self.counters.add(&self.counters.left_by_policy, 1);
             return;
         }
+        // A user's device beyond their bound (devices/bound.rs): no record,
+        // its writers left to the kernel.
+        if !self.devices.admits(ev) && !self.streams.contains_key(&key) {
+            return;
+        }
         if ev.block_device() {
             return self.block_device(kind, key, ev);
         }

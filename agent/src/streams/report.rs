@@ -66,7 +66,7 @@ impl StreamTable {
 
     /// Devices paced, and devices that would have been for observing
     /// writers, by counter name (Devices::pace_counts).
-    pub fn pace_counts(&self) -> [(&'static str, u64); 2] {
+    pub fn pace_counts(&self) -> [(&'static str, u64); 3] {
         self.devices.pace_counts()
     }
 
