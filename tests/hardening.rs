@@ -1105,3 +1105,130 @@ fn a_users_many_fuse_mounts_hold_a_bounded_number_of_device_records() -> Result<
     daemon.stop()?;
     Ok(())
 }
+
+const METRICS_PEERS: &str = include_str!("attacks/metrics_peers.py");
+
+/// A daemon serving metrics on a free loopback port, and that port.
+fn metrics_daemon() -> Result<(Daemon, u16)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let d = Daemon::start_with_args(&["--metrics-listen", &format!("127.0.0.1:{port}")])?;
+    std::thread::sleep(Duration::from_millis(500));
+    Ok((d, port))
+}
+
+/// `GET /metrics` as user `uid` (root: 0): whether a 200 came `within`.
+fn scraped_as(uid: u32, port: u16, within: Duration) -> Result<bool> {
+    let script = "import socket,sys\ns=socket.create_connection(('127.0.0.1',int(sys.argv[1])),timeout=9)\n\
+                  s.sendall(b'GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\nprint(s.recv(64).decode(errors='replace'))\n";
+    let out = Command::new("timeout")
+        .arg(within.as_secs_f64().to_string())
+        .args(["setpriv", &format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups", PYTHON, "-c"])
+        .arg(script)
+        .arg(port.to_string())
+        .stderr(Stdio::null())
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).starts_with("HTTP/1.1 200"))
+}
+
+/// A user attacks the metrics listener's lookups: it holds 18,000
+/// listening sockets (/proc/net/tcp 2.7 MB, 32 ms a read here) and two of
+/// its processes connect and hang up as fast as they can.  Each connection
+/// had /proc/net/tcp read on the thread that drains events, answers wbctl
+/// and pings the watchdog.  Root scrapes and asks wbctl every half second,
+/// each given 3 s (on this 2-core host, busy with the flood, a wbctl of
+/// the fixed daemon once took over 2 s with four flooding processes).
+#[test]
+fn a_user_s_sockets_and_connects_leave_metrics_and_wbctl_answering() -> Result<()> {
+    const PATIENCE: Duration = Duration::from_secs(3);
+    require_root();
+    let (daemon, port) = metrics_daemon()?;
+    let port_arg = port.to_string();
+    let mut listening = Background::spawn(
+        as_nobody(PYTHON).args(["-c", METRICS_PEERS, "listen", "18000", "30"]).stdout(Stdio::piped()),
+    )?;
+    await_line(&mut listening.0, "ready")?;
+    let _flood: Vec<Background> = (0..2)
+        .map(|_| Background::spawn(as_nobody(PYTHON).args(["-c", METRICS_PEERS, "flood", &port_arg, "12"])))
+        .collect::<Result<_>>()?;
+    std::thread::sleep(Duration::from_secs(1));
+    let (mut asked, mut scraped, mut answered, mut slowest) = (0, 0, 0, Duration::ZERO);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(6) {
+        asked += 1;
+        let t = Instant::now();
+        scraped += scraped_as(0, port, PATIENCE)? as u32;
+        let t1 = Instant::now();
+        answered += status_answers(&daemon, PATIENCE)? as u32;
+        slowest = slowest.max(t1 - t).max(t1.elapsed());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let refused = daemon.counter("metrics_refused");
+    daemon.stop()?;
+    println!(
+        "of {asked}: root's scrape answered {scraped}, wbctl status {answered}, the slowest in {slowest:?}; \
+         refused {refused:?}"
+    );
+    assert_eq!(scraped, asked, "root's scrapes went unanswered beside the user's sockets and connects");
+    assert_eq!(answered, asked, "wbctl status went unanswered beside the user's connects to the metrics port");
+    Ok(())
+}
+
+/// One user's subordinate uids (/etc/subuid: a rootless container's) hold
+/// connections to the metrics port, four from each of eight uids.  Counted
+/// as separate users, they took every slot users may have, and another
+/// user's scraper (uid 65533: a node exporter's) got none.  Counted as
+/// their owner, they hold its four.
+#[test]
+fn a_user_s_subordinate_uids_hold_one_user_s_metrics_slots() -> Result<()> {
+    require_root();
+    let _subuid = SubUidLine::add("nobody:300000:65536")?;
+    let (daemon, port) = metrics_daemon()?;
+    let mut holders = Vec::new();
+    for uid in 300000..300008 {
+        let mut h = Background::spawn(
+            Command::new("setpriv")
+                .args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups", PYTHON, "-c"])
+                .args([METRICS_PEERS, "hold", &port.to_string(), "4", "30"])
+                .stdout(Stdio::piped()),
+        )?;
+        await_line(&mut h.0, "held")?;
+        holders.push(h);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let other = scraped_as(65533, port, Duration::from_secs(2))?;
+    let root = scraped_as(0, port, Duration::from_secs(2))?;
+    let refused = daemon.counter("metrics_refused");
+    daemon.stop()?;
+    println!(
+        "uid 65533's scrape beside 8 subordinate uids' 32 connections: {other}; root's: {root}; refused {refused:?}"
+    );
+    assert!(other, "another user's scrape got no slot beside one user's subordinate uids");
+    assert!(root, "root's scrape got no slot");
+    assert!(refused? >= 28, "the subordinate uids held more than their owner's 4 slots");
+    Ok(())
+}
+
+/// A line added to /etc/subuid for a test, the file put back as it was.
+struct SubUidLine(Option<Vec<u8>>);
+
+impl SubUidLine {
+    fn add(line: &str) -> Result<Self> {
+        let was = std::fs::read("/etc/subuid").ok();
+        let mut text = was.clone().unwrap_or_default();
+        if !text.is_empty() && !text.ends_with(b"\n") {
+            text.push(b'\n');
+        }
+        text.extend_from_slice(format!("{line}\n").as_bytes());
+        std::fs::write("/etc/subuid", text)?;
+        Ok(Self(was))
+    }
+}
+
+impl Drop for SubUidLine {
+    fn drop(&mut self) {
+        let _ = match &self.0 {
+            Some(was) => std::fs::write("/etc/subuid", was),
+            None => std::fs::remove_file("/etc/subuid"),
+        };
+    }
+}

@@ -8,11 +8,10 @@
 //! up, and each user holds a few client slots at most, so root always gets in.
 
 use std::{
-    collections::HashMap,
     io::Write,
     os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
 
@@ -24,10 +23,16 @@ use tokio::{
 };
 
 use crate::{
+    counters::Counters,
     metrics::Dialect,
     policies::PolicySet,
     status::{Command, PROTOCOL, Request, Response, Status},
 };
+
+mod peers;
+
+pub(crate) use peers::SubUids;
+use peers::{Limits, Peers, Slots};
 
 const MAX_LINE: u64 = 64 * 1024;
 const MAX_CLIENTS: usize = 32;
@@ -36,6 +41,13 @@ const MAX_CLIENTS: usize = 32;
 const PER_USER: usize = 4;
 /// Slots only root may take, however many users the control group has.
 const ROOT_RESERVED: usize = 8;
+/// The control socket's slots: local users only.
+const CONTROL: Limits =
+    Limits { total: MAX_CLIENTS, per_user: PER_USER, users: MAX_CLIENTS - ROOT_RESERVED, per_host: 0, hosts: 0 };
+/// The metrics listener's: local users as on the control socket, and a
+/// pool of their own for other hosts (a fleet's scrapers), two each: a
+/// scraper needs one at a time.
+const METRICS: Limits = Limits { total: 64, per_user: PER_USER, users: 24, per_host: 2, hosts: 32 };
 const IDLE: Duration = Duration::from_secs(10);
 /// A failed accept (EMFILE: the connection stays queued, and the next
 /// accept fails at once) waits this long before the next: a retry at
@@ -140,46 +152,6 @@ impl Drop for Server {
     }
 }
 
-/// The client slots, counted per user: a non-root user holds PER_USER at
-/// most and all of them together leave ROOT_RESERVED free for root.
-#[derive(Default)]
-struct Slots {
-    held: Mutex<HashMap<u32, usize>>,
-}
-
-/// One client's slot, given back when dropped.
-struct Slot {
-    slots: Arc<Slots>,
-    uid: u32,
-}
-
-impl Slots {
-    fn take(self: &Arc<Self>, uid: u32) -> Option<Slot> {
-        let mut held = self.held.lock().unwrap();
-        let all: usize = held.values().sum();
-        let users = all - held.get(&0).copied().unwrap_or(0);
-        let mine = held.get(&uid).copied().unwrap_or(0);
-        let free = all < MAX_CLIENTS && (uid == 0 || (mine < PER_USER && users < MAX_CLIENTS - ROOT_RESERVED));
-        if !free {
-            return None;
-        }
-        *held.entry(uid).or_default() += 1;
-        Some(Slot { slots: self.clone(), uid })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut held = self.slots.held.lock().unwrap();
-        if let Some(n) = held.get_mut(&self.uid) {
-            *n -= 1;
-            if *n == 0 {
-                held.remove(&self.uid);
-            }
-        }
-    }
-}
-
 /// What a peer that may not read is told: who may, and how to get there.
 fn refusal(read_group: Option<u32>) -> String {
     match read_group {
@@ -214,12 +186,18 @@ fn turn_away(stream: UnixStream, why: &str) {
 }
 
 /// Accepts clients until the listener is dropped.
-pub(crate) async fn serve(listener: std::os::unix::net::UnixListener, daemon: Handle, read_group: Option<u32>) {
+pub(crate) async fn serve(
+    listener: std::os::unix::net::UnixListener,
+    daemon: Handle,
+    read_group: Option<u32>,
+    owners: Arc<SubUids>,
+    counters: Arc<Counters>,
+) {
     let listener = match UnixListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "control socket unusable"),
     };
-    let slots = Arc::new(Slots::default());
+    let slots = Slots::new(CONTROL);
     // Composed once: a flood of refused peers costs no group lookups.
     let refused = refusal(read_group);
     let mut failing = false;
@@ -232,7 +210,10 @@ pub(crate) async fn serve(listener: std::os::unix::net::UnixListener, daemon: Ha
             turn_away(stream, &refused);
             continue;
         }
-        let Some(slot) = slots.take(uid) else {
+        // A subordinate uid counts as its owner (SO_PEERCRED gives the uid
+        // as this namespace sees it: a rootless container's, 100000 on).
+        let Some(slot) = slots.take(peers::local(uid, &owners)) else {
+            counters.add(&counters.control_refused, 1);
             let why =
                 format!("too many connections from uid {uid} (at most {PER_USER} per user); close some and retry");
             turn_away(stream, &why);
@@ -412,40 +393,6 @@ fn peer_groups(fd: std::os::fd::RawFd) -> Option<Vec<u32>> {
     None
 }
 
-/// The user the metrics listener counts peers from other hosts as.
-const REMOTE: u32 = u32::MAX - 1;
-
-/// The uid that owns a local TCP peer's socket: the line of
-/// /proc/net/tcp{,6} (this network namespace's) whose local address is
-/// the peer's and remote address ours.  None for a peer on another host.
-fn tcp_peer_uid(me: std::net::SocketAddr, peer: std::net::SocketAddr) -> Option<u32> {
-    let hex = |a: std::net::SocketAddr| match a.ip() {
-        // The kernel prints each 32-bit word of the address in host order.
-        std::net::IpAddr::V4(ip) => format!("{:08X}:{:04X}", u32::from_ne_bytes(ip.octets()), a.port()),
-        std::net::IpAddr::V6(ip) => {
-            let words: String = ip
-                .octets()
-                .chunks(4)
-                .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
-                .collect();
-            format!("{words}:{:04X}", a.port())
-        }
-    };
-    // A dual-stack listener sees an IPv4 peer as ::ffff:a.b.c.d.
-    let v4 = |a: std::net::SocketAddr| match a.ip() {
-        std::net::IpAddr::V6(ip) => ip.to_ipv4_mapped().map_or(a, |v4| std::net::SocketAddr::new(v4.into(), a.port())),
-        _ => a,
-    };
-    let (me, peer) = (v4(me), v4(peer));
-    let (theirs, ours) = (hex(peer), hex(me));
-    let table = if peer.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
-    let text = std::fs::read_to_string(table).ok()?;
-    text.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(1) == Some(&theirs.as_str()) && f.get(2) == Some(&ours.as_str())).then(|| f.get(7)?.parse().ok())?
-    })
-}
-
 /// The cgroup v2 path of a process ("0::/system.slice/x.service").
 pub(crate) fn cgroup_of(pid: u32) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
@@ -454,21 +401,49 @@ pub(crate) fn cgroup_of(pid: u32) -> Option<String> {
 
 /// The optional OpenMetrics endpoint (--metrics-listen): GET /metrics over
 /// plain HTTP, for a fleet's Prometheus.  Read-only, same data as `wbctl
-/// metrics`; anything else gets 404.  Off unless asked for.
-pub(crate) async fn serve_metrics(listener: std::net::TcpListener, daemon: Handle) {
+/// metrics`; anything else gets 404.  Off unless asked for.  Served by a
+/// thread of its own, with a runtime of its own: a flood of connections
+/// and the peers' lookups cost the thread that drains events and pings the
+/// watchdog nothing (it only builds the status a scrape asks for).
+pub(crate) fn spawn_metrics(
+    listener: std::net::TcpListener,
+    daemon: Handle,
+    owners: Arc<SubUids>,
+    counters: Arc<Counters>,
+) {
+    let spawned = std::thread::Builder::new().name("wb-metrics".into()).spawn(move || {
+        // Blocking threads: each scrape's read of the bdis, /etc/subuid's rereads.
+        match tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(4).build() {
+            Ok(rt) => rt.block_on(serve_metrics(listener, daemon, owners, counters)),
+            Err(e) => tracing::error!(error = %e, "no runtime for the metrics listener: metrics not served"),
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "no thread for the metrics listener: metrics not served");
+    }
+}
+
+async fn serve_metrics(listener: std::net::TcpListener, daemon: Handle, owners: Arc<SubUids>, counters: Arc<Counters>) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "metrics listener unusable"),
     };
-    let slots = Arc::new(Slots::default());
+    let Ok(listening) = listener.local_addr() else { return };
+    let peers = Peers::new(listening, owners);
+    let slots = Slots::new(METRICS);
     let mut failing = false;
     loop {
         let Some((mut stream, peer)) = accepted(listener.accept().await, &mut failing).await else { continue };
         // Counted per local user, as on the control socket: a user holding
         // connections open (each for up to IDLE) took every slot, and the
-        // fleet's scraper got none.  Peers from elsewhere share one user.
-        let user = stream.local_addr().ok().and_then(|me| tcp_peer_uid(me, peer)).unwrap_or(REMOTE);
-        let Some(permit) = slots.take(user) else { continue };
+        // fleet's scraper got none.  Peers from elsewhere by their host.
+        // One lookup at a time, here: connections beyond it wait in the
+        // kernel's backlog, bounded by the kernel.
+        let Ok(me) = stream.local_addr() else { continue };
+        let Some(permit) = slots.take(peers.who(me, peer)) else {
+            counters.add(&counters.metrics_refused, 1);
+            continue;
+        };
         let daemon = daemon.clone();
         tokio::spawn(async move {
             let mut head = Vec::new();
@@ -508,20 +483,21 @@ mod tests {
 
     #[test]
     fn one_user_cannot_take_roots_slots() {
-        let slots = Arc::new(Slots::default());
-        let mine: Vec<Slot> = (0..PER_USER).map_while(|_| slots.take(65534)).collect();
+        use peers::Who::{Root, User};
+        let slots = Slots::new(CONTROL);
+        let mine: Vec<_> = (0..PER_USER).map_while(|_| slots.take(User(65534))).collect();
         assert_eq!(mine.len(), PER_USER);
-        assert!(slots.take(65534).is_none(), "a user beyond its share");
+        assert!(slots.take(User(65534)).is_none(), "a user beyond its share");
         // Many users together stop short of root's reserve.
-        let others: Vec<Slot> = (1000..1100).filter_map(|uid| slots.take(uid)).collect();
+        let others: Vec<_> = (1000..1100).filter_map(|uid| slots.take(User(uid))).collect();
         assert_eq!(mine.len() + others.len(), MAX_CLIENTS - ROOT_RESERVED);
-        let root: Vec<Slot> = (0..MAX_CLIENTS).map_while(|_| slots.take(0)).collect();
+        let root: Vec<_> = (0..MAX_CLIENTS).map_while(|_| slots.take(Root)).collect();
         assert_eq!(root.len(), ROOT_RESERVED);
         // A slot given back is free again, for its user.
         drop(mine);
-        let again = slots.take(65534);
+        let again = slots.take(User(65534));
         assert!(again.is_some());
-        assert_eq!(slots.held.lock().unwrap().get(&65534), Some(&1));
+        assert_eq!(slots.held(User(65534)), 1);
     }
 
     #[test]

@@ -85,6 +85,12 @@ pub struct Counters {
     pub would_close_files: AtomicU64,
     pub would_write_bytes: AtomicU64,
     pub would_closed_files_left: AtomicU64,
+    /// Control socket clients refused for lack of a slot: their user held
+    /// its share (a subordinate uid counting as its owner).
+    pub control_refused: AtomicU64,
+    /// Metrics listener connections refused for lack of a slot: their user
+    /// or host held its share.
+    pub metrics_refused: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
 }
 
@@ -122,6 +128,8 @@ impl Counters {
             ("would_close_files", &self.would_close_files),
             ("would_write_bytes", &self.would_write_bytes),
             ("would_closed_files_left", &self.would_closed_files_left),
+            ("control_refused", &self.control_refused),
+            ("metrics_refused", &self.metrics_refused),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))

@@ -159,12 +159,14 @@ impl Daemon {
     /// detaches the programs.
     pub fn run(self) -> Result<()> {
         let Self { rt, signals, events, server, listener, metrics, control_group, handle, mut intake } = self;
+        // Read once here, at start; re-read on a blocking thread when it changes.
+        let owners = control::SubUids::load("/etc/subuid");
+        if let Some(l) = metrics {
+            control::spawn_metrics(l, handle.clone(), owners.clone(), intake.counters.clone());
+        }
         rt.block_on(async {
             let _server = server;
-            if let Some(l) = metrics {
-                tokio::spawn(control::serve_metrics(l, handle.clone()));
-            }
-            tokio::spawn(control::serve(listener, handle, control_group));
+            tokio::spawn(control::serve(listener, handle, control_group, owners, intake.counters.clone()));
             crate::sys::notify("READY=1");
             intake.run(events, signals).await
         })?;

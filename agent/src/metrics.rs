@@ -151,6 +151,8 @@ fn counter_family(key: &str) -> (String, &'static str, String) {
         "untracked_user_share" => "Files not tracked: their writer's owner holds its share.".into(),
         "journal_dropped" => "Journal entries dropped: the journal's socket was full.".into(),
         "streamed_pool_spent" => "Writes within a writer's burst written behind: its device's pool was spent.".into(),
+        "control_refused" => "Control socket clients refused: their user held its slots.".into(),
+        "metrics_refused" => "Metrics listener connections refused: their user or host held its slots.".into(),
         k if k.starts_with("error_") => format!("Events that led to no flush, or flushes that failed: {}.", &k[6..]),
         k => format!("The agent's {k} counter (wbctl status lists it)."),
     };
