@@ -270,6 +270,40 @@ fi
 systemctl reload writebehindd
 check "journal-reload" wait_for 20 logged "policies reloaded"
 
+# A user's disk image, attached and mapped as udisks does for an encrypted
+# one (dm over a loop device over the user's file), then written by the
+# user: whose data the dm device holds is found through its slaves and the
+# loop device's backing file, so it steers no limit (no strict_limit on its
+# bdi, or no vm.dirty_bytes on 6.1), and `wbctl status` names the file's
+# owner.  The host has no device-mapper: tests/steering.rs covers the loop
+# and fuseblk layers there.
+truncate -s 512M /var/tmp/users.img
+chown 65534:65534 /var/tmp/users.img
+uloop=$(losetup -f --show /var/tmp/users.img)
+modprobe dm_mod 2>/dev/null
+echo "0 $(blockdev --getsz "$uloop") linear $uloop 0" | dmsetup create wb-users
+mkfs.ext4 -q -F /dev/mapper/wb-users
+mkdir -p /mnt/users
+mount /dev/mapper/wb-users /mnt/users
+chown 65534:65534 /mnt/users
+users_bdi=$(mountpoint -d /mnt/users)
+users_paced=0
+setpriv --reuid=65534 --regid=65534 --clear-groups dd if=/dev/zero of=/mnt/users/f bs=1M count=256 status=none &
+users_dd=$!
+# The write and the 2 s a device stays paced after its last writer.
+for _ in $(seq 40); do
+    paced /sys/class/bdi/"$users_bdi" && users_paced=1
+    sleep 0.2
+done
+wait $users_dd
+users_named() { wbctl status 2>/dev/null | grep "^$users_bdi " | grep -q "uid 65534's file"; }
+check "dm-over-a-users-image-steers-no-limit" [ $users_paced = 0 ]
+check "dm-over-a-users-image-is-the-users" wait_for 10 users_named
+umount /mnt/users
+dmsetup remove wb-users
+losetup -d "$uloop"
+rm -f /var/tmp/users.img
+
 # A writer in a transient unit: `wbctl units` counts what was written
 # behind for it, and the journal finds its stream by field.  64 MiB, as a
 # backup job would write; the stream's first window is enough.

@@ -59,7 +59,8 @@ pub fn root_for(version: &str) -> Result<&'static Root> {
 /// packages are in every image, not a variant of their own as PostgreSQL
 /// is: the quick run's NFS case needs them on CI's image, and they add a
 /// few MiB (nfs-kernel-server, nfs-common, rpcbind, iproute2, strace and
-/// their libraries; recommends are not installed).
+/// their libraries; recommends are not installed).  dmsetup maps a user's
+/// image as udisks would (systest.sh: dm over a loop device).
 const PACKAGES: &[&str] = &[
     "systemd",
     "systemd-sysv",
@@ -79,6 +80,7 @@ const PACKAGES: &[&str] = &[
     "nfs-common",
     "iproute2",
     "strace",
+    "dmsetup",
 ];
 /// The full systest's extras: Debian's postgresql, with pgbench, for the
 /// database beside a copy (db.sh), and samba with cifs-utils for the SMB
