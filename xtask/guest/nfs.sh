@@ -607,6 +607,46 @@ nfs_appeared() {
     runuser -u carol -- rm -f $NFS_MNT/dst/appeared
 }
 
+# autofs's -hosts map mounts the exports of whatever host a user names
+# under /net, so a user picks the server: such a mount is the user's
+# (Backing::UserNetwork), named so in `wbctl status`, and steers no limit.
+nfs_autofs() {
+    if ! command -v automount >/dev/null; then
+        skip nfs-autofs-hosts "no autofs in this image"
+        return 0
+    fi
+    echo "/net -hosts" >/etc/auto.master
+    systemctl restart autofs
+    local at=/net/127.0.0.1$NFS_EXPORT paced=0 writer
+    # The first look under /net/<host> mounts its exports.
+    if ! runuser -u carol -- ls $at/dst >/dev/null; then
+        fail nfs-autofs-hosts "nothing mounted at $at"
+        systemctl stop autofs
+        return 0
+    fi
+    autofs_bdi=$(mountpoint -d $at)
+    runuser -u carol -- dd if=$NFS_SRC/big.bin of=$at/dst/autofs bs=1M count=48 status=none &
+    writer=$!
+    # The write (past the server's grace period) and the 2 s a device stays
+    # paced after its last writer.
+    local until=$((SECONDS + 60))
+    while kill -0 $writer 2>/dev/null && ((SECONDS < until)); do
+        [ "$(cat /sys/class/bdi/"$autofs_bdi"/strict_limit 2>/dev/null)" = 1 ] && paced=1
+        sleep 0.2
+    done
+    for _ in $(seq 12); do
+        [ "$(cat /sys/class/bdi/"$autofs_bdi"/strict_limit 2>/dev/null)" = 1 ] && paced=1
+        sleep 0.2
+    done
+    wait $writer
+    picked() { wbctl status | grep "^$autofs_bdi " | grep -q "a server a user picked"; }
+    check nfs-autofs-hosts-is-a-users wait_for 10 picked
+    check nfs-autofs-hosts-steers-no-limit [ $paced = 0 ]
+    runuser -u carol -- rm -f $at/dst/autofs
+    systemctl stop autofs
+    umount -R /net 2>/dev/null
+}
+
 # SMB, once (the full run's image has Samba): smbd serves the same export
 # to carol, the guest mounts it with cifs (SMB 3.1.1, hard, the default
 # strict cache) over the same Wi-Fi link, and the big file is copied with
@@ -647,6 +687,9 @@ nfs_run() {
     nfs_server
     nfs_link wifi
     systemctl start writebehindd
+    # Before the administrator's mount of the same export, whose superblock
+    # the automounted one would share.
+    nfs_autofs
     if ! nfs_mount 4.2; then
         fail "nfs-mount-4.2" "$(journalctl -b -u nfs-server -o cat --no-pager | tail -5 | tr '\n' ' ')"
         return

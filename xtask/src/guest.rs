@@ -60,7 +60,8 @@ pub fn root_for(version: &str) -> Result<&'static Root> {
 /// is: the quick run's NFS case needs them on CI's image, and they add a
 /// few MiB (nfs-kernel-server, nfs-common, rpcbind, iproute2, strace and
 /// their libraries; recommends are not installed).  dmsetup maps a user's
-/// image as udisks would (systest.sh: dm over a loop device).
+/// image as udisks would (systest.sh: dm over a loop device); autofs's
+/// `-hosts` map mounts a server a user names (nfs.sh).
 const PACKAGES: &[&str] = &[
     "systemd",
     "systemd-sysv",
@@ -81,6 +82,7 @@ const PACKAGES: &[&str] = &[
     "iproute2",
     "strace",
     "dmsetup",
+    "autofs",
 ];
 /// The full systest's extras: Debian's postgresql, with pgbench, for the
 /// database beside a copy (db.sh), and samba with cifs-utils for the SMB
