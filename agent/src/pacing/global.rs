@@ -109,6 +109,8 @@ pub struct Global {
     /// the agent once wrote (8 MiB, its floor) had it undone.
     seen_original: Option<Limits>,
     written: std::collections::BTreeSet<(u64, u64)>,
+    /// Limits to undo, and since when they have read so (UNDO_SETTLE).
+    to_undo: Option<(Limits, std::time::Instant)>,
     /// A previous run's values were found journaled at start.
     recovered: bool,
     /// When a failed restore was last tried again, and whether that was
@@ -116,6 +118,14 @@ pub struct Global {
     retried: Option<std::time::Instant>,
     retried_logged: bool,
 }
+
+/// Limits to undo are undone once they have read the same for this long:
+/// a tool writes the four sysctls one after another, and what it leaves
+/// is judged, not a step on the way.  A check between `sysctl -w` of
+/// dirty_background_ratio (which zeroes the background bytes) and of
+/// dirty_bytes put back the background alone, and the pair that then
+/// stood was no longer one the agent wrote: its 9.3 MiB stayed.
+const UNDO_SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How often a restore that failed is tried again.
 const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -143,6 +153,7 @@ impl Global {
             recovered: false,
             retried: None,
             retried_logged: false,
+            to_undo: None,
         };
         me.recover();
         me
@@ -258,8 +269,12 @@ impl Global {
     /// Brings the limit a step closer to the paced devices' budgets (every
     /// device tick).
     pub fn tick(&mut self) {
+        self.tick_at(std::time::Instant::now());
+    }
+
+    pub(super) fn tick_at(&mut self, at: std::time::Instant) {
         if !self.journal.contains(KEY) {
-            self.undo_written_back();
+            self.undo_written_back(at);
         } else if self.budgets.is_empty() && !self.hands_off {
             self.retry_restore();
         }
@@ -309,7 +324,7 @@ impl Global {
     /// the agent's few MiB in force for good, or, writing the ratio alone,
     /// a threshold of 0: every write then waits for writeback, worse than
     /// the kernel's default.
-    fn undo_written_back(&mut self) {
+    fn undo_written_back(&mut self, at: std::time::Instant) {
         let Some(original) = self.seen_original.clone() else { return };
         let Ok(now) = self.journal.knobs.read(KEY) else { return };
         // In each pair the bytes are in force where the ratio reads 0; both
@@ -320,8 +335,15 @@ impl Global {
         let zero =
             |l: &Limits| (l.dirty_bytes, l.dirty_ratio) == (0, 0) || (l.background_bytes, l.background_ratio) == (0, 0);
         if !(ours(&now) || (zero(&now) && !zero(&original))) {
+            self.to_undo = None;
             return;
         }
+        match &self.to_undo {
+            Some((seen, since)) if *seen == now && at.saturating_duration_since(*since) >= UNDO_SETTLE => {}
+            Some((seen, _)) if *seen == now => return,
+            _ => return self.to_undo = Some((now, at)),
+        }
+        self.to_undo = None;
         tracing::warn!(
             now = %now.describe(), restoring = %original.describe(),
             "the global dirty limits hold what this daemon wrote while pacing, though it paces nothing now \

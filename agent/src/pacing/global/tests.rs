@@ -219,6 +219,13 @@ fn a_journal_of_an_administrators_ratio_of_zero_is_restored() {
     assert!(!vm.journal().exists());
 }
 
+/// Ticks at once and once what it read has settled (UNDO_SETTLE).
+fn settle(g: &mut Global) {
+    let t = std::time::Instant::now();
+    g.tick_at(t);
+    g.tick_at(t + UNDO_SETTLE);
+}
+
 #[test]
 fn limits_a_tool_writes_back_are_undone() {
     let vm = FakeVm::new("tool", 0);
@@ -234,23 +241,48 @@ fn limits_a_tool_writes_back_are_undone() {
         vm.set(k, v);
     }
     vm.set("dirty_background_ratio", 0);
-    g.tick();
+    settle(&mut g);
     assert_eq!((vm.get("dirty_ratio"), vm.get("dirty_background_ratio")), (20, 10), "the saved bytes undone");
     // Only the ratio written back: a threshold of 0.
     vm.set("dirty_bytes", 0);
     vm.set("dirty_ratio", 0);
-    g.tick();
+    settle(&mut g);
     assert_eq!(vm.get("dirty_ratio"), 20, "a threshold of 0 undone");
     // The administrator's own values since are theirs.
     vm.set("dirty_ratio", 30);
-    g.tick();
+    settle(&mut g);
     assert_eq!(vm.get("dirty_ratio"), 30);
     // Theirs too where one equals a value the agent once wrote: 8 MiB
     // of dirty_bytes, the background ratio as it was.
     vm.set("dirty_bytes", 8 * MIB);
     vm.set("dirty_ratio", 0);
-    g.tick();
+    settle(&mut g);
     assert_eq!((vm.get("dirty_bytes"), vm.get("dirty_ratio")), (8 * MIB, 0), "the administrator's sysctl undone");
+}
+
+/// `sysctl -w` of each value in turn, the agent looking in between: the
+/// background ratio written back zeroes the background bytes (a threshold
+/// of 0) a moment before dirty_bytes is written.  What the tool leaves is
+/// undone whole, not the step on the way.
+#[test]
+fn limits_a_tool_is_still_writing_back_are_judged_once_settled() {
+    let vm = FakeVm::new("tool-midway", 0);
+    let mut g = vm.global();
+    assert!(g.pace("8:16", 8 * MIB).unwrap());
+    g.release_all();
+    vm.set("dirty_bytes", 0);
+    vm.set("dirty_background_bytes", 0);
+    let t = std::time::Instant::now();
+    vm.set("dirty_background_bytes", 4 * MIB);
+    vm.set("dirty_background_ratio", 0);
+    g.tick_at(t);
+    g.tick_at(t + UNDO_SETTLE / 5);
+    assert_eq!(vm.get("dirty_background_ratio"), 0, "a step on the way: nothing done yet");
+    vm.set("dirty_bytes", 8 * MIB);
+    vm.set("dirty_ratio", 0);
+    g.tick_at(t + UNDO_SETTLE / 2);
+    g.tick_at(t + UNDO_SETTLE * 3 / 2);
+    assert_eq!((vm.get("dirty_ratio"), vm.get("dirty_background_ratio")), (20, 10), "what the tool left, undone whole");
 }
 
 #[test]
