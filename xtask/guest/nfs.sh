@@ -615,7 +615,11 @@ nfs_autofs() {
         skip nfs-autofs-hosts "no autofs in this image"
         return 0
     fi
-    echo "/net -hosts" >/etc/auto.master
+    # nobind (a pseudo mount option, so no dash): a local host's exports
+    # are otherwise bind-mounted (autofs's "proximity local"), and the
+    # guest's own disk would be the mount (measured: ext4 on /dev/loop1 at
+    # /net/127.0.0.1/srv/nfs, with or without port=).
+    echo "/net -hosts nobind" >/etc/auto.master
     systemctl restart autofs
     local at=/net/127.0.0.1$NFS_EXPORT paced=0 writer
     # The first look under /net/<host> mounts its exports.
@@ -639,6 +643,8 @@ nfs_autofs() {
         sleep 0.2
     done
     wait $writer
+    measure nfs-autofs-hosts-mounts "$(grep ' /net' /proc/self/mountinfo | cut -d' ' -f3,5,9- | tr '\n' '|')"
+    measure nfs-autofs-hosts-status "$(wbctl status | grep "^$autofs_bdi ")"
     picked() { wbctl status | grep "^$autofs_bdi " | grep -q "a server a user picked"; }
     check nfs-autofs-hosts-is-a-users wait_for 10 picked
     check nfs-autofs-hosts-steers-no-limit [ $paced = 0 ]
