@@ -336,6 +336,10 @@ window = "16MiB"
 cgroup = "/system.slice/database.service"
 mode = "off"
 TOML
+# The log is read from the second $t begins: the unit test's dd above wrote
+# /mnt/wb/backup too, and its "stream ended" with the same inode number
+# (12 spans) was taken for this one's when logged in that second.
+sleep 1
 t=$(date +%s)
 systemctl reload writebehindd
 check "reload-picks-up-drop-in" wait_for 20 logged_since "$t" "policies reloaded.*50-systest.toml"
