@@ -164,12 +164,13 @@ impl Daemon {
         if let Some(l) = metrics {
             control::spawn_metrics(l, handle.clone(), owners.clone(), intake.counters.clone());
         }
-        rt.block_on(async {
-            let _server = server;
-            tokio::spawn(control::serve(listener, handle, control_group, owners, intake.counters.clone()));
+        let serving = control::spawn_control(listener, handle, control_group, owners, intake.counters.clone());
+        let ran = rt.block_on(async {
             crate::sys::notify("READY=1");
             intake.run(events, signals).await
-        })?;
+        });
+        drop((serving, server));
+        ran?;
         intake.stop();
         Ok(())
     }

@@ -118,7 +118,7 @@ impl Intake {
                 }
             }
             if behind {
-                // The control socket's task runs on this thread too.
+                // The other branches (ticks, signals, snapshots asked for) get their turn.
                 tokio::task::yield_now().await;
             }
         }
