@@ -299,6 +299,30 @@ pub fn under_writeback(fd: RawFd, start: u64, end: u64) -> Option<u64> {
     (r == 0).then_some(stat[2])
 }
 
+/// Files waiting for `close_aside`'s thread at most; past them, a file is
+/// closed where it is given up, as without the thread.
+const CLOSE_QUEUE: usize = 64;
+
+/// Closes `file` on a thread of its own: the last close of a file already
+/// unlinked or replaced frees it, which on a disk waits for its writeback
+/// (pacing's journal, write_journal).
+pub fn close_aside(file: std::fs::File) {
+    use std::sync::{
+        OnceLock,
+        mpsc::{SyncSender, sync_channel},
+    };
+    static CLOSER: OnceLock<Option<SyncSender<std::fs::File>>> = OnceLock::new();
+    let closer = CLOSER.get_or_init(|| {
+        let (tx, rx) = sync_channel::<std::fs::File>(CLOSE_QUEUE);
+        std::thread::Builder::new().name("wb-close".into()).spawn(move || rx.into_iter().for_each(drop)).ok()?;
+        Some(tx)
+    });
+    if let Some(tx) = closer {
+        // Full or gone: the file comes back in the error, closed here.
+        let _ = tx.try_send(file);
+    }
+}
+
 /// Opens (or creates) one of the daemon's own files under /run, readable
 /// and writable by root alone whatever the umask: a foreground run or a
 /// `--restore` by hand under umask 022 made a world-readable lock, which
