@@ -602,10 +602,13 @@ fn peak_rate(snaps: &[Snapshot]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// The bench's many-writer scenario with 1,000 writers.
+/// The bench's many-writer scenario with 1,000 writers, each a stream: with
+/// the daemon, its slowest `status` answer while they write too (the goal
+/// is at 1,000 streams).
 fn streams(ctx: &Ctx, s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
     let mode = if agent.is_some() { Mode::Writebehindd(Some(STREAMS_POLICY)) } else { Mode::Default };
-    let mut m = scenarios::multi(ctx, mode, s.streams, None)?;
+    let asks = agent.map(|a| (a.pid, a.socket.as_path()));
+    let mut m = scenarios::many(ctx, mode, s.streams, s.stream_mib, asks)?;
     agent_metrics(agent, &mut m)?;
     Ok(m)
 }
