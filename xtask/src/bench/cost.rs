@@ -52,6 +52,10 @@ pub struct CostSizes {
     pub flood_files: u32,
     pub streams: u32,
     pub stream_mib: u64,
+    /// The `devices` part: the streams spread over this many devices,
+    /// each writing SPREAD_MIB at this many KiB/s.
+    pub devices: u32,
+    pub spread_kib_s: u64,
 }
 
 impl CostSizes {
@@ -65,6 +69,8 @@ impl CostSizes {
             flood_files: 50_000,
             streams: 1000,
             stream_mib: 2,
+            devices: 32,
+            spread_kib_s: 256,
         }
     }
 
@@ -82,6 +88,8 @@ impl CostSizes {
             flood_files: 2000,
             streams: 20,
             stream_mib: 2,
+            devices: 2,
+            spread_kib_s: 1024,
         }
     }
 
@@ -89,7 +97,8 @@ impl CostSizes {
     /// rate, plus a fixed share per part for daemon starts and settling.
     pub fn estimate_secs(&self, rate_mib: u64, runs: u32) -> f64 {
         let mib = self.copy_mib + self.tar_files as u64 * 17 / 2048 + (self.streams as u64 * self.stream_mib);
-        let per_run = 2.0 * mib as f64 / rate_mib as f64 + 4.0 * 8.0;
+        let spread = (SPREAD_MIB * 1024 / self.spread_kib_s) as f64 + self.devices as f64 * 0.3;
+        let per_run = 2.0 * mib as f64 / rate_mib as f64 + 4.0 * 8.0 + 2.0 * spread;
         let micro = self.micro_runs.max(runs) as f64 * 2.0 * (3.0 * self.micro_secs + self.find_reps as f64 + 4.0);
         per_run * runs as f64 + micro + 30.0
     }
@@ -102,6 +111,7 @@ enum Part {
     Tar,
     Flood,
     Streams,
+    Devices,
 }
 
 /// The parts' names for --parts, in order.
@@ -110,7 +120,7 @@ pub fn parts() -> Vec<&'static str> {
 }
 
 impl Part {
-    const ALL: [Part; 5] = [Part::PerCall, Part::Copy, Part::Tar, Part::Flood, Part::Streams];
+    const ALL: [Part; 6] = [Part::PerCall, Part::Copy, Part::Tar, Part::Flood, Part::Streams, Part::Devices];
 
     /// Its name for --parts.
     fn name(self) -> &'static str {
@@ -120,6 +130,7 @@ impl Part {
             Part::Tar => "tar",
             Part::Flood => "flood",
             Part::Streams => "streams",
+            Part::Devices => "devices",
         }
     }
 
@@ -132,12 +143,13 @@ impl Part {
                 format!("cost: {} closed files of 1 KiB, as fast as {FLOOD_WRITERS} processes can", s.flood_files)
             }
             Part::Streams => format!("cost: {} concurrent dd streams x {} MiB", s.streams, s.stream_mib),
+            Part::Devices => format!("cost: {} streams over {} devices", s.streams, s.devices),
         }
     }
 
     fn daemon_mode(self) -> Mode {
         match self {
-            Part::Streams => Mode::Writebehindd(Some(STREAMS_POLICY)),
+            Part::Streams | Part::Devices => Mode::Writebehindd(Some(STREAMS_POLICY)),
             Part::Flood => Mode::Writebehindd(Some(FLOOD_POLICY)),
             _ => Mode::Writebehindd(None),
         }
@@ -150,6 +162,7 @@ impl Part {
             Part::Tar => tar(ctx, agent),
             Part::Flood => flood(ctx, s, agent),
             Part::Streams => streams(ctx, s, agent),
+            Part::Devices => devices(s, agent),
         }
     }
 }
@@ -611,6 +624,72 @@ fn streams(ctx: &Ctx, s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
     let mut m = scenarios::many(ctx, mode, s.streams, s.stream_mib, asks)?;
     agent_metrics(agent, &mut m)?;
     Ok(m)
+}
+
+/// What each writer of the `devices` part writes, at CostSizes::
+/// spread_kib_s (16 s at the full bench's 256 KiB/s), so that all of them
+/// stream at once (from their first MiB, STREAMS_POLICY) whatever the
+/// devices' speed.  Not slower: the agent hears of a stream at each
+/// window (1 MiB), and one quiet for 5 s is not listed; at 128 KiB/s
+/// 652-789 of the 1,000 were at once.
+const SPREAD_MIB: u64 = 4;
+
+/// The streams spread over devices of their own (the issue's memory figure:
+/// 1,000 streams on 32 devices): the agent's peak RSS, how many streams
+/// its status listed at once, and its slowest `status` answer.  The devices
+/// are uncapped ext4 loop devices, made for each run.
+fn devices(s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
+    let per_device = s.streams.div_ceil(s.devices) as u64 * SPREAD_MIB;
+    let fss = (0..s.devices)
+        .map(|_| Mounted::new(LoopDevice::new(per_device * 3 / 2 + 64)?, "ext4"))
+        .collect::<Result<Vec<_>>>()?;
+    let stop = AtomicBool::new(false);
+    let t = Instant::now();
+    let (writers, seen) = std::thread::scope(|sc| {
+        let poller = agent.map(|a| sc.spawn(|| most_streams(&a.socket, &stop)));
+        // One shell per device starts its writers: 1,000 spawned one by one
+        // from here took longer than each one streams.
+        let writers = fss
+            .iter()
+            .enumerate()
+            .map(|(d, fs)| {
+                let n = (s.streams as usize + fss.len() - 1 - d) / fss.len();
+                let (rate, dir) = (s.spread_kib_s, fs.path("").display().to_string());
+                let script = format!(
+                    "for i in $(seq {n}); do (head -c {SPREAD_MIB}M /dev/zero | pv -qL {rate}k > {dir}/w$i) & done; \
+                     fail=0; for p in $(jobs -p); do wait $p || fail=1; done; exit $fail"
+                );
+                let mut cmd = Command::new("bash");
+                cmd.arg("-c").arg(script);
+                scenarios::spawn(cmd)
+            })
+            .collect::<Result<Vec<_>>>()
+            .and_then(|children| children.into_iter().try_for_each(|c| scenarios::wait(c, "a writer")));
+        stop.store(true, Ordering::Relaxed);
+        (writers, poller.map(|p| p.join().expect("streams poller")))
+    });
+    writers?;
+    let mut m = vec![("writers s", t.elapsed().as_secs_f64())];
+    if let Some((most, slowest)) = seen {
+        m.extend([("streams at once", most as f64), ("status ms", slowest)]);
+    }
+    agent_metrics(agent, &mut m)?;
+    Ok(m)
+}
+
+/// The most streams `status` listed at once, and its slowest answer in ms,
+/// asked every 500 ms until `stop`.
+fn most_streams(socket: &Path, stop: &AtomicBool) -> (usize, f64) {
+    let (mut most, mut slowest) = (0, 0.0_f64);
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        if let Ok(data) = socket::status(socket) {
+            slowest = slowest.max(t.elapsed().as_secs_f64() * 1000.0);
+            most = most.max(data["streams"].as_array().map_or(0, Vec::len));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    (most, slowest)
 }
 
 /// The goals watching is held to, next to the medians.
