@@ -16,6 +16,9 @@ use std::{
 use anyhow::{Context, Result};
 use wb_tests::{Daemon, LoopDevice, MIB, Mounted, Sample, Sampler, Scratch, cpu_secs, sampler::peak, sh};
 
+mod goals;
+mod streams;
+
 use super::{
     modes::{self, Mode},
     report::{self, Run},
@@ -97,7 +100,7 @@ impl CostSizes {
     /// rate, plus a fixed share per part for daemon starts and settling.
     pub fn estimate_secs(&self, rate_mib: u64, runs: u32) -> f64 {
         let mib = self.copy_mib + self.tar_files as u64 * 17 / 2048 + (self.streams as u64 * self.stream_mib);
-        let spread = (SPREAD_MIB * 1024 / self.spread_kib_s) as f64 + self.devices as f64 * 0.3;
+        let spread = (streams::SPREAD_MIB * 1024 / self.spread_kib_s) as f64 + self.devices as f64 * 0.3;
         let per_run = 2.0 * mib as f64 / rate_mib as f64 + 4.0 * 8.0 + 2.0 * spread;
         let micro = self.micro_runs.max(runs) as f64 * 2.0 * (3.0 * self.micro_secs + self.find_reps as f64 + 4.0);
         per_run * runs as f64 + micro + 30.0
@@ -161,8 +164,8 @@ impl Part {
             Part::Copy => copy(ctx, agent),
             Part::Tar => tar(ctx, agent),
             Part::Flood => flood(ctx, s, agent),
-            Part::Streams => streams(ctx, s, agent),
-            Part::Devices => devices(s, agent),
+            Part::Streams => streams::streams(ctx, s, agent),
+            Part::Devices => streams::devices(s, agent),
         }
     }
 }
@@ -193,7 +196,7 @@ pub fn run(plan: &super::Plan, daemon: &Path, xtask: &Path, runs: &mut Vec<Run>)
     for part in Part::ALL.into_iter().filter(|p| plan.cost_parts.iter().any(|name| name == p.name())) {
         measure(part, plan, &ctx, daemon, runs)?;
     }
-    print!("{}", goals(runs, s));
+    print!("{}", goals::goals(runs, s));
     Ok(())
 }
 
@@ -613,162 +616,4 @@ fn peak_rate(snaps: &[Snapshot]) -> f64 {
         .windows(2)
         .map(|w| (w[1].get("events") - w[0].get("events")) as f64 / (w[1].uptime - w[0].uptime))
         .fold(0.0, f64::max)
-}
-
-/// The bench's many-writer scenario with 1,000 writers, each a stream: with
-/// the daemon, its slowest `status` answer while they write too (the goal
-/// is at 1,000 streams).
-fn streams(ctx: &Ctx, s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
-    let mode = if agent.is_some() { Mode::Writebehindd(Some(STREAMS_POLICY)) } else { Mode::Default };
-    let asks = agent.map(|a| (a.pid, a.socket.as_path()));
-    let mut m = scenarios::many(ctx, mode, s.streams, s.stream_mib, asks)?;
-    agent_metrics(agent, &mut m)?;
-    Ok(m)
-}
-
-/// What each writer of the `devices` part writes, at CostSizes::
-/// spread_kib_s (16 s at the full bench's 256 KiB/s), so that all of them
-/// stream at once (from their first MiB, STREAMS_POLICY) whatever the
-/// devices' speed.  Not slower: the agent hears of a stream at each
-/// window (1 MiB), and one quiet for 5 s is not listed; at 128 KiB/s
-/// 652-789 of the 1,000 were at once.
-const SPREAD_MIB: u64 = 4;
-
-/// The streams spread over devices of their own (the issue's memory figure:
-/// 1,000 streams on 32 devices): the agent's peak RSS, how many streams
-/// its status listed at once, and its slowest `status` answer.  The devices
-/// are uncapped ext4 loop devices, made for each run.
-fn devices(s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
-    let per_device = s.streams.div_ceil(s.devices) as u64 * SPREAD_MIB;
-    let fss = (0..s.devices)
-        .map(|_| Mounted::new(LoopDevice::new(per_device * 3 / 2 + 64)?, "ext4"))
-        .collect::<Result<Vec<_>>>()?;
-    let stop = AtomicBool::new(false);
-    let t = Instant::now();
-    let (writers, seen) = std::thread::scope(|sc| {
-        let poller = agent.map(|a| sc.spawn(|| most_streams(&a.socket, &stop)));
-        // One shell per device starts its writers: 1,000 spawned one by one
-        // from here took longer than each one streams.
-        let writers = fss
-            .iter()
-            .enumerate()
-            .map(|(d, fs)| {
-                let n = (s.streams as usize + fss.len() - 1 - d) / fss.len();
-                let (rate, dir) = (s.spread_kib_s, fs.path("").display().to_string());
-                let script = format!(
-                    "for i in $(seq {n}); do (head -c {SPREAD_MIB}M /dev/zero | pv -qL {rate}k > {dir}/w$i) & done; \
-                     fail=0; for p in $(jobs -p); do wait $p || fail=1; done; exit $fail"
-                );
-                let mut cmd = Command::new("bash");
-                cmd.arg("-c").arg(script);
-                scenarios::spawn(cmd)
-            })
-            .collect::<Result<Vec<_>>>()
-            .and_then(|children| children.into_iter().try_for_each(|c| scenarios::wait(c, "a writer")));
-        stop.store(true, Ordering::Relaxed);
-        (writers, poller.map(|p| p.join().expect("streams poller")))
-    });
-    writers?;
-    let mut m = vec![("writers s", t.elapsed().as_secs_f64())];
-    if let Some((most, slowest)) = seen {
-        m.extend([("streams at once", most as f64), ("status ms", slowest)]);
-    }
-    agent_metrics(agent, &mut m)?;
-    Ok(m)
-}
-
-/// The most streams `status` listed at once, and its slowest answer in ms,
-/// asked every 500 ms until `stop`.
-fn most_streams(socket: &Path, stop: &AtomicBool) -> (usize, f64) {
-    let (mut most, mut slowest) = (0, 0.0_f64);
-    while !stop.load(Ordering::Relaxed) {
-        let t = Instant::now();
-        if let Ok(data) = socket::status(socket) {
-            slowest = slowest.max(t.elapsed().as_secs_f64() * 1000.0);
-            most = most.max(data["streams"].as_array().map_or(0, Vec::len));
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    (most, slowest)
-}
-
-/// The goals watching is held to, next to the medians.
-fn goals(runs: &[Run], s: &CostSizes) -> String {
-    let def = Mode::Default.name();
-    let wb = Mode::Writebehindd(None).name();
-    let med = |part: Part, mode: &str, metric: &str| report::median(runs, &part.group(s), mode, metric);
-    let mut rows = vec![["goal", "kernel default", "writebehindd", "cost", "met"].map(String::from).to_vec()];
-    let over = |part, metric, what: &str, limit: f64| {
-        let (d, w) = (med(part, &def, metric), med(part, &wb, metric));
-        let pct = d.zip(w).map(|(d, w)| (w / d - 1.0) * 100.0);
-        vec![
-            format!("{what}: <= +{limit} %"),
-            d.map_or("-".into(), report::fmt),
-            w.map_or("-".into(), report::fmt),
-            pct.map_or("-".into(), |p| format!("{p:+.1} %")),
-            verdict(pct.map(|p| p <= limit)),
-        ]
-    };
-    rows.push(over(Part::PerCall, "tmpfs ns/write", "4 KiB write() to tmpfs, ns", 2.0));
-    rows.push(over(Part::PerCall, "ext4 ns/write", "4 KiB write() to ext4, ns", 2.0));
-    rows.push(over(Part::PerCall, "ext4 fresh ns/write", "4 KiB write() dirtying a page (ext4), ns", 2.0));
-    rows.push(over(Part::PerCall, "getppid ns", "getppid(), ns", 1.0));
-    rows.push(over(Part::PerCall, "find /usr s", "find /usr -xdev (cached), s", 1.0));
-    let share = |part, metric, what: &str, limit: f64| {
-        let v = med(part, &wb, metric);
-        vec![
-            format!("{what}: <= {limit} %"),
-            String::new(),
-            String::new(),
-            v.map_or("-".into(), |v| format!("{v:.1} %")),
-            verdict(v.map(|v| v <= limit)),
-        ]
-    };
-    rows.push(share(Part::Copy, "agent %core per 100MiB/s", "one big file: agent % of a core per 100 MiB/s", 1.0));
-    // The same goal on the whole machine, cp's start to synced: part of the
-    // agent's CPU is writeback the kernel's flusher does without it.
-    let (d, w) =
-        (med(Part::Copy, &def, "all CPUs %core per 100MiB/s"), med(Part::Copy, &wb, "all CPUs %core per 100MiB/s"));
-    rows.push(vec![
-        "one big file + sync: all CPUs' extra, % of a core per 100 MiB/s: <= 1 %".into(),
-        d.map_or("-".into(), |v| format!("{v:.2} %")),
-        w.map_or("-".into(), |v| format!("{v:.2} %")),
-        d.zip(w).map_or("-".into(), |(d, w)| format!("{:+.2} %", w - d)),
-        verdict(d.zip(w).map(|(d, w)| w - d <= 1.0)),
-    ]);
-    rows.push(share(Part::Tar, "agent/tar CPU %", "tar x of small files: agent CPU / tar's CPU", 10.0));
-    // The same goal counted on the whole machine, tar's start to synced:
-    // the kernel's flusher does without the daemon what the agent does with it.
-    let (d, w, t) =
-        (med(Part::Tar, &def, "all CPUs s"), med(Part::Tar, &wb, "all CPUs s"), med(Part::Tar, &def, "tar CPU s"));
-    let extra = d.zip(w).zip(t).map(|((d, w), t)| (w - d) / t * 100.0);
-    rows.push(vec![
-        "tar x + sync: all CPUs' extra / tar's CPU: <= 10 %".into(),
-        d.map_or("-".into(), |v| format!("{v:.2} s")),
-        w.map_or("-".into(), |v| format!("{v:.2} s")),
-        extra.map_or("-".into(), |p| format!("{p:+.1} %")),
-        verdict(extra.map(|p| p <= 10.0)),
-    ]);
-    let flood = Part::Flood.daemon_mode().name();
-    let (rate, lost) = (med(Part::Flood, &flood, "peak events/s"), med(Part::Flood, &flood, "lost"));
-    rows.push(vec![
-        "closed files: nothing lost at 50,000/s".into(),
-        med(Part::Flood, &def, "files/s").map_or("-".into(), |f| format!("{f:.0} files/s")),
-        med(Part::Flood, &flood, "files/s").map_or("-".into(), |f| format!("{f:.0} files/s")),
-        format!("{} events/s, {} lost", rate.map_or("-".into(), |r| format!("{r:.0}")), lost.unwrap_or(f64::NAN)),
-        match (rate, lost) {
-            (Some(r), Some(l)) if l > 0.0 => verdict(Some(false)) + if r < 50_000.0 { " (below 50k/s)" } else { "" },
-            (Some(r), Some(_)) if r < 50_000.0 => "not reached".into(),
-            (r, l) => verdict(r.zip(l).map(|_| true)),
-        },
-    ]);
-    report::grid("cost: goals, medians", &rows)
-}
-
-fn verdict(met: Option<bool>) -> String {
-    match met {
-        Some(true) => "yes".into(),
-        Some(false) => "MISSED".into(),
-        None => "-".into(),
-    }
 }
