@@ -51,7 +51,7 @@ const METRICS: Limits = Limits { total: 64, per_user: PER_USER, users: 24, per_h
 const IDLE: Duration = Duration::from_secs(10);
 /// A failed accept (EMFILE: the connection stays queued, and the next
 /// accept fails at once) waits this long before the next: a retry at
-/// once would spin on the thread that also drains events.
+/// once would spin, and take a CPU from the thread that drains events.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// A reload the intake loop is asked for.
@@ -190,13 +190,24 @@ pub(crate) struct Serving {
     _stop: oneshot::Sender<()>,
 }
 
-/// Serves the control socket on a thread of its own.  On the intake's,
-/// every await of a client (its request line, the snapshot, a reply larger
-/// than the socket's buffer) waited behind a drain slice of up to 20 ms:
-/// `status` took up to 272 ms with 1,000 writers of 2 MiB each (bench
-/// `many`).  Dropped (the daemon stopping), the thread stops accepting,
-/// and its clients are dropped.
+/// A runtime for a listener's thread (`spawn_control`, `spawn_metrics`):
+/// built at start, before "attached" is logged.  Built on the thread, after
+/// it, its descriptors (an epoll, an eventfd) came after those a caller had
+/// counted as the daemon's at that line (hardening's failing accept caps
+/// the daemon there), and a failure left the daemon running unreachable.
+/// Blocking threads: reads of sysfs and /etc/subuid.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(4).build()?)
+}
+
+/// Serves the control socket on a thread of its own, on `rt` (`runtime`).
+/// On the intake's, every await of a client (its request line, the
+/// snapshot, a reply larger than the socket's buffer) waited behind the
+/// intake's other work: `status` took 142-319 ms with 1,000 streams
+/// (bench `cost --parts streams`).  Dropped (the daemon stopping), the
+/// thread stops accepting, and its clients are dropped.
 pub(crate) fn spawn_control(
+    rt: tokio::runtime::Runtime,
     listener: std::os::unix::net::UnixListener,
     daemon: Handle,
     read_group: Option<u32>,
@@ -204,7 +215,7 @@ pub(crate) fn spawn_control(
     counters: Arc<Counters>,
 ) -> Serving {
     let (stop, stopped) = oneshot::channel::<()>();
-    on_own_thread("wb-control", "the control socket", move || async move {
+    on_own_thread("wb-control", "the control socket", rt, move || async move {
         tokio::select! {
             _ = serve(listener, daemon, read_group, owners, counters) => {}
             _ = stopped => {}
@@ -213,21 +224,15 @@ pub(crate) fn spawn_control(
     Serving { _stop: stop }
 }
 
-/// Runs `serve`'s future on a thread named `name` with a runtime of its
-/// own (blocking threads for reads of sysfs and /etc/subuid); `what` names
-/// it where either cannot be had.
+/// Runs `serve`'s future on `rt`, on a thread named `name`; `what` names
+/// it if the thread cannot be had.
 fn on_own_thread<F: std::future::Future<Output = ()>>(
     name: &str,
     what: &'static str,
+    rt: tokio::runtime::Runtime,
     serve: impl FnOnce() -> F + Send + 'static,
 ) {
-    let spawned =
-        std::thread::Builder::new().name(name.into()).spawn(
-            move || match tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(4).build() {
-                Ok(rt) => rt.block_on(serve()),
-                Err(e) => tracing::error!(error = %e, "no runtime for {what}: not served"),
-            },
-        );
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(move || rt.block_on(serve()));
     if let Err(e) = spawned {
         tracing::error!(error = %e, "no thread for {what}: not served");
     }
@@ -454,12 +459,13 @@ pub(crate) fn cgroup_of(pid: u32) -> Option<String> {
 /// and the peers' lookups cost the thread that drains events and pings the
 /// watchdog nothing (it only builds the status a scrape asks for).
 pub(crate) fn spawn_metrics(
+    rt: tokio::runtime::Runtime,
     listener: std::net::TcpListener,
     daemon: Handle,
     owners: Arc<SubUids>,
     counters: Arc<Counters>,
 ) {
-    on_own_thread("wb-metrics", "the metrics listener", move || serve_metrics(listener, daemon, owners, counters));
+    on_own_thread("wb-metrics", "the metrics listener", rt, move || serve_metrics(listener, daemon, owners, counters));
 }
 
 async fn serve_metrics(listener: std::net::TcpListener, daemon: Handle, owners: Arc<SubUids>, counters: Arc<Counters>) {
@@ -572,7 +578,7 @@ mod tests {
     }
 
     /// Status requests are answered by whoever holds the other side (the
-    /// intake loop), on the same thread; once it is gone, clients are told.
+    /// intake loop); once it is gone, clients are told.
     #[test]
     fn status_is_asked_of_the_loop() {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();

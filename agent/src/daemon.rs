@@ -64,12 +64,14 @@ struct Signals {
 
 pub struct Daemon {
     rt: tokio::runtime::Runtime,
+    /// The control socket's thread's (control::runtime).
+    control_rt: tokio::runtime::Runtime,
     signals: Signals,
     events: RingBuf<MapData>,
     /// Removes the socket when dropped.
     server: control::Server,
     listener: std::os::unix::net::UnixListener,
-    metrics: Option<std::net::TcpListener>,
+    metrics: Option<(std::net::TcpListener, tokio::runtime::Runtime)>,
     control_group: Option<u32>,
     /// The control socket's side of the intake loop.
     handle: control::Handle,
@@ -111,6 +113,9 @@ impl Daemon {
         // tests, the bench) may connect at once.  The other way round, the
         // bench's smoke run once found no socket there.
         let (server, listener) = control::Server::bind(&options.control)?;
+        let control_rt = control::runtime()?;
+        let metrics =
+            options.metrics_listen.map(|addr| anyhow::Ok((bind_metrics(addr)?, control::runtime()?))).transpose()?;
         tracing::info!(
             window = ?root.window, burst = root.burst.0, pacing = root.pacing, backend = %loaded.backend,
             policies = %set.sources.join(", "), "attached; watching for streaming writers"
@@ -121,7 +126,6 @@ impl Daemon {
             );
         }
         let cgroups = CgroupPolicies::new(set, config, cgroup_map);
-        let metrics = options.metrics_listen.map(bind_metrics).transpose()?;
         let counters = Arc::new(Counters::default());
         let (handle, requests) = control::channel(cgroups.set().clone());
         let mut devices = Devices::new(root, Some(devices), pacer);
@@ -144,6 +148,7 @@ impl Daemon {
         };
         Ok(Self {
             rt,
+            control_rt,
             signals,
             events,
             server,
@@ -158,13 +163,15 @@ impl Daemon {
     /// Serves until SIGINT or SIGTERM; then stops the flushers and
     /// detaches the programs.
     pub fn run(self) -> Result<()> {
-        let Self { rt, signals, events, server, listener, metrics, control_group, handle, mut intake } = self;
+        let Self { rt, control_rt, signals, events, server, listener, metrics, control_group, handle, mut intake } =
+            self;
         // Read once here, at start; re-read on a blocking thread when it changes.
         let owners = control::SubUids::load("/etc/subuid");
-        if let Some(l) = metrics {
-            control::spawn_metrics(l, handle.clone(), owners.clone(), intake.counters.clone());
+        if let Some((l, metrics_rt)) = metrics {
+            control::spawn_metrics(metrics_rt, l, handle.clone(), owners.clone(), intake.counters.clone());
         }
-        let serving = control::spawn_control(listener, handle, control_group, owners, intake.counters.clone());
+        let serving =
+            control::spawn_control(control_rt, listener, handle, control_group, owners, intake.counters.clone());
         let ran = rt.block_on(async {
             crate::sys::notify("READY=1");
             intake.run(events, signals).await
