@@ -4,7 +4,7 @@
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
@@ -316,7 +316,8 @@ pub fn multi(ctx: &Ctx, mode: Mode, n: u32, agent: Option<u32>) -> Result<Metric
 pub fn many(ctx: &Ctx, mode: Mode, n: u32, mib: u64, agent: Option<(u32, &Path)>) -> Result<Metrics> {
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|sc| {
-        let poller = agent.map(|(_, socket)| sc.spawn(|| slowest_status(socket, &stop)));
+        let poller =
+            agent.map(|(_, socket)| sc.spawn(|| slowest_status(socket, &stop, Duration::from_millis(200), |_| {})));
         let m = writers(ctx, mode, n, mib, "many", agent.map(|a| a.0));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut m = m?;
@@ -327,15 +328,20 @@ pub fn many(ctx: &Ctx, mode: Mode, n: u32, mib: u64, agent: Option<(u32, &Path)>
     })
 }
 
-/// The slowest of the daemon's `status` answers, asked every 200 ms until
-/// `stop`, in ms.
-fn slowest_status(socket: &Path, stop: &std::sync::atomic::AtomicBool) -> Result<f64> {
+/// The slowest of the daemon's `status` answers, asked every `every` until
+/// `stop`, in ms; each answer's data is shown to `seen`.
+pub(super) fn slowest_status(
+    socket: &Path,
+    stop: &std::sync::atomic::AtomicBool,
+    every: Duration,
+    mut seen: impl FnMut(&serde_json::Value),
+) -> Result<f64> {
     let mut slowest: f64 = 0.0;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let t = Instant::now();
-        super::socket::status(socket)?;
+        seen(&super::socket::status(socket)?);
         slowest = slowest.max(t.elapsed().as_secs_f64() * 1000.0);
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        std::thread::sleep(every);
     }
     Ok(slowest)
 }

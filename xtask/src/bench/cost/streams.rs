@@ -2,7 +2,6 @@
 //! devices of their own.
 
 use std::{
-    path::Path,
     process::Command,
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
@@ -15,7 +14,6 @@ use super::{Agent, CostSizes, STREAMS_POLICY, agent_metrics};
 use crate::bench::{
     modes::Mode,
     scenarios::{self, Ctx, Metrics},
-    socket,
 };
 
 /// The bench's many-writer scenario with 1,000 writers, each a stream: with
@@ -49,7 +47,14 @@ pub(super) fn devices(s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
     let stop = AtomicBool::new(false);
     let t = Instant::now();
     let (writers, seen) = std::thread::scope(|sc| {
-        let poller = agent.map(|a| sc.spawn(|| most_streams(&a.socket, &stop)));
+        let poller = agent.map(|a| {
+            sc.spawn(|| {
+                let mut most = 0;
+                let count = |data: &serde_json::Value| most = most.max(data["streams"].as_array().map_or(0, Vec::len));
+                let slowest = scenarios::slowest_status(&a.socket, &stop, Duration::from_millis(500), count);
+                slowest.map(|ms| (most, ms))
+            })
+        });
         // One shell per device starts its writers: 1,000 spawned one by one
         // from here took longer than each one streams.
         let writers = fss
@@ -73,26 +78,9 @@ pub(super) fn devices(s: &CostSizes, agent: Option<&Agent>) -> Result<Metrics> {
     });
     writers?;
     let mut m = vec![("writers s", t.elapsed().as_secs_f64())];
-    if let Some((most, slowest)) = seen {
+    if let Some((most, slowest)) = seen.transpose()? {
         m.extend([("streams at once", most as f64), ("status ms", slowest)]);
     }
     agent_metrics(agent, &mut m)?;
     Ok(m)
-}
-
-/// The most streams `status` listed at once, and its slowest answer in ms,
-/// asked every 500 ms until `stop`.
-fn most_streams(socket: &Path, stop: &AtomicBool) -> (usize, f64) {
-    let (mut most, mut slowest) = (0, 0.0_f64);
-    while !stop.load(Ordering::Relaxed) {
-        let t = Instant::now();
-        let asked = socket::status(socket);
-        // A request that failed (its 5 s timeout) counts as slow as it was.
-        slowest = slowest.max(t.elapsed().as_secs_f64() * 1000.0);
-        if let Ok(data) = asked {
-            most = most.max(data["streams"].as_array().map_or(0, Vec::len));
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    (most, slowest)
 }
